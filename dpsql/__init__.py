@@ -1,0 +1,46 @@
+"""dpsql: differentially private answers to ordinary aggregate SQL.
+
+>>> import dpsql
+>>> issubclass(dpsql.BudgetExhaustedError, dpsql.DpsqlError)
+True
+"""
+
+from dpsql.catalog import Catalog, load_catalog
+from dpsql.engine import Connection, connect
+from dpsql.errors import (
+    AnalysisError,
+    BackendError,
+    BudgetExhaustedError,
+    CatalogError,
+    DpsqlError,
+    ParseError,
+    PrivacyParameterError,
+    UnboundedExpressionError,
+    UnknownColumnError,
+    UnknownTableError,
+    UnsupportedQueryError,
+)
+from dpsql.result import Explanation, Result
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AnalysisError",
+    "BackendError",
+    "BudgetExhaustedError",
+    "Catalog",
+    "CatalogError",
+    "Connection",
+    "DpsqlError",
+    "Explanation",
+    "ParseError",
+    "PrivacyParameterError",
+    "Result",
+    "UnboundedExpressionError",
+    "UnknownColumnError",
+    "UnknownTableError",
+    "UnsupportedQueryError",
+    "__version__",
+    "connect",
+    "load_catalog",
+]

@@ -1,0 +1,433 @@
+"""Analyze stage: a validated SELECT plus the catalog become a :class:`Plan`.
+
+The analysis resolves names against the catalog, turns every aggregate into the noisy
+per-group statistics it needs (deduplicated, so ``COUNT(*)`` and the count inside
+``AVG(x)`` are noised once), derives value bounds and sensitivities, decides how group
+keys are released (public domain or partition selection), and splits the query's
+(ε, δ) across all its noisy statistics and its partition selection.
+
+Budget split: a query asked at ε spends exactly ε. With ``n`` noisy statistics and,
+when keys come from the data, one partition selection, each gets ``ε / (n + 1)`` (or
+``ε / n``); partition selection gets all of δ. By basic composition the whole release
+is (ε, δ)-DP. A ``COUNT(DISTINCT <user key>)`` under partition selection reuses the
+selection's noisy user count, so it costs nothing extra.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+
+from sqlglot import exp
+
+from dpsql.analyze import sensitivity
+from dpsql.analyze.bounds import Interval, bounds
+from dpsql.analyze.plan import Cell, GroupKey, Output, Plan, Statistic
+from dpsql.catalog import Catalog, Table
+from dpsql.errors import (
+    PrivacyParameterError,
+    UnknownColumnError,
+    UnknownTableError,
+    UnsupportedQueryError,
+)
+from dpsql.mechanisms import LaplaceThreshold, laplace
+from dpsql.validate import AGGREGATES
+
+#: Largest number of group keys released from public domains in one query.
+MAX_DOMAIN_CELLS = 1_000_000
+
+_INTERVAL_FUNCS = (exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Round,
+                   exp.Floor, exp.Ceil, exp.Cast, exp.TryCast, exp.Abs, exp.Least,
+                   exp.Greatest, exp.Literal, exp.Column, exp.DataType, exp.Identifier,
+                   exp.DataTypeParam)
+
+
+def analyze(
+    select: exp.Select,
+    catalog: Catalog,
+    epsilon: float,
+    delta: float = 0.0,
+    max_groups: int | None = None,
+    max_rows: int | None = None,
+    seed: int | None = None,
+) -> Plan:
+    """Builds the plan of one validated SELECT.
+
+    Args:
+        select: output of :func:`dpsql.validate.validate`.
+        catalog: the data owner's catalog.
+        epsilon: the query's total ε (> 0).
+        delta: the query's total δ (0 <= δ < 1); needed when keys come from the data.
+        max_groups: per-query override of the table's ``max_groups``.
+        max_rows: per-query override of the table's ``max_rows``.
+        seed: seed of the L0 sampling order (tests); random by default.
+
+    Raises:
+        UnknownTableError, UnknownColumnError, UnboundedExpressionError,
+        UnsupportedQueryError, PrivacyParameterError.
+    """
+    epsilon, delta = _privacy_parameters(epsilon, delta)
+    table, alias = _table(select, catalog)
+    if table.public:
+        raise UnsupportedQueryError(
+            f"table {table.name!r} is public; dpsql answers private queries only"
+        )
+    G = _positive_int(max_groups, "max_groups", table.max_groups)
+    R = _positive_int(max_rows, "max_rows", table.max_rows)
+    if table.row_privacy:
+        # each row is its own user: it touches one group and adds one row to it
+        G, R = 1, 1
+
+    out_names = [_output_name(e) for e in select.expressions]
+    select = _qualify(select, table, alias, set(out_names))
+    a = _Analysis(table, R)
+
+    where = select.args.get("where")
+    where = where.this if where else None
+    if where is not None and any(where.find_all(*AGGREGATES)):
+        raise UnsupportedQueryError("aggregates are not allowed in WHERE; use HAVING")
+
+    keys = a.group_keys(select)
+    outputs = []
+    for name, item in zip(out_names, select.expressions, strict=True):
+        body = item.this if isinstance(item, exp.Alias) else item
+        post = a.post_expr(body, keys, f"output column {name!r}")
+        outputs.append(Output(name, post, a.cells_in(post)))
+    _check_intervals(outputs)
+    by_alias = {o.name: o.expr for o in outputs}
+
+    having = select.args.get("having")
+    having = a.post_expr(having.this, keys, "HAVING", by_alias) if having else None
+    order = select.args.get("order")
+    if order is not None:
+        order = order.copy()
+        for ordered in order.expressions:
+            if isinstance(ordered.this, exp.Literal) and not ordered.this.is_string:
+                continue
+            ordered.set("this", a.post_expr(ordered.this, keys, "ORDER BY", by_alias))
+    limit = select.args.get("limit")
+    offset = select.args.get("offset")
+    for clause, name in ((limit, "LIMIT"), (offset, "OFFSET")):
+        if clause is not None and not (
+            isinstance(clause.expression, exp.Literal) and clause.expression.is_int
+        ):
+            raise UnsupportedQueryError(f"{name} must be a whole number literal")
+
+    public = all(k.domain is not None for k in keys)
+    domain_size = math.prod(len(k.domain) for k in keys if k.domain is not None)
+    if public and domain_size > MAX_DOMAIN_CELLS:
+        raise UnsupportedQueryError(
+            f"GROUP BY over public domains has {domain_size} key combinations; "
+            f"the limit is {MAX_DOMAIN_CELLS}"
+        )
+    if not keys:
+        G_eff, bound = 1, False
+    elif public:
+        # keys outside the domain are filtered out, so a user cannot reach more
+        # groups than the domain has
+        G_eff, bound = min(G, domain_size), domain_size > G and not table.row_privacy
+    else:
+        G_eff, bound = G, not table.row_privacy
+
+    stats = a.stats
+    selection = None
+    noised = [s for s in stats]
+    if keys and not public:
+        if delta <= 0:
+            missing = ", ".join(k.expr.sql(dialect="duckdb") for k in keys if k.domain is None)
+            raise PrivacyParameterError(
+                f"GROUP BY {missing} has no public domain in the catalog, so its keys must "
+                "pass partition selection, which needs delta > 0 (e.g. delta=1e-6)"
+            )
+        users = a.stat("users", None, None)
+        noised = [s for s in stats if s is not users]
+    shares = len(noised) + (1 if keys and not public else 0)
+    share = epsilon / shares if shares else 0.0
+    for s in noised:
+        s.epsilon = share
+        s.mechanism = laplace(s.linf, G_eff, share, s.integer)
+    if keys and not public:
+        selection = LaplaceThreshold(share, delta, G_eff)
+        users.epsilon = share
+        users.mechanism = selection.noise
+
+    plan = Plan(
+        sql=select.sql(dialect="duckdb"),
+        table=table,
+        where=where,
+        keys=keys,
+        stats=stats,
+        cells=a.cells,
+        outputs=outputs,
+        having=having,
+        order=order,
+        limit=limit.expression if limit else None,
+        offset=offset.expression if offset else None,
+        max_groups=G_eff,
+        max_rows=R,
+        bound_groups=bound,
+        epsilon=epsilon,
+        delta=delta if selection is not None else 0.0,
+        selection=selection,
+        seed=secrets.randbits(31) if seed is None else seed,
+    )
+    if any(s.kind == "sum" for s in stats):
+        plan.notes.append(
+            "sums clamp each value to its bounds and each user's partial sum to "
+            f"{R} row(s) worth; data outside the bounds biases them toward the bounds"
+        )
+    return plan
+
+
+class _Analysis:
+    """Collects statistics and cells while the query's expressions are rewritten."""
+
+    def __init__(self, table: Table, max_rows: int):
+        self.table = table
+        self.R = max_rows
+        self.stats: list[Statistic] = []
+        self.cells: list[Cell] = []
+        self._cell_by_sql: dict[str, Cell] = {}
+
+    def stat(self, kind: str, arg: exp.Expression | None, interval: Interval | None,
+             center: float = 0) -> Statistic:
+        candidate = Statistic(
+            name="__users" if kind == "users"
+            else f"__s{sum(1 for s in self.stats if s.kind != 'users')}",
+            kind=kind,
+            arg=arg,
+            interval=interval,
+            center=center,
+            integer=kind != "sum" or (interval.integer and float(center).is_integer()),
+            nullable=arg is not None and not self._never_null(arg),
+        )
+        for s in self.stats:
+            if s.key() == candidate.key():
+                return s
+        if kind == "sum":
+            shifted = Interval(interval.lower - center, interval.upper - center, candidate.integer)
+            candidate.linf = sensitivity.linf("sum", shifted, self.R)
+        else:
+            candidate.linf = sensitivity.linf(kind, None, self.R)
+        self.stats.append(candidate)
+        return candidate
+
+    def group_keys(self, select: exp.Select) -> list[GroupKey]:
+        group = select.args.get("group")
+        if not group:
+            return []
+        if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
+            raise UnsupportedQueryError("ROLLUP, CUBE and GROUPING SETS are not supported")
+        keys: list[GroupKey] = []
+        for item in group.expressions:
+            expr = item
+            if isinstance(item, exp.Literal) and item.is_int:
+                pos = int(item.this)
+                if not 1 <= pos <= len(select.expressions):
+                    raise UnsupportedQueryError(f"GROUP BY position {pos} is out of range")
+                expr = select.expressions[pos - 1]
+                expr = expr.this if isinstance(expr, exp.Alias) else expr
+            elif isinstance(item, exp.Column) and item.name.startswith("__alias:"):
+                expr = _alias_target(select, item.name.removeprefix("__alias:"))
+            if any(expr.find_all(*AGGREGATES)):
+                raise UnsupportedQueryError("aggregates are not allowed in GROUP BY")
+            if not any(expr.find_all(exp.Column)):
+                raise UnsupportedQueryError(
+                    f"GROUP BY {expr.sql(dialect='duckdb')} groups by a constant"
+                )
+            if any(k.expr == expr for k in keys):
+                continue
+            keys.append(GroupKey(f"__k{len(keys)}", expr.copy(), self._domain(expr)))
+        return keys
+
+    def _domain(self, expr: exp.Expression) -> tuple | None:
+        if not isinstance(expr, exp.Column):
+            return None
+        col = self.table.column(expr.name)
+        values = col.values
+        if values is None and col.type == "bool":
+            values = (False, True)
+        if values is None:
+            return None
+        return values + ((None,) if col.nullable else ())
+
+    def post_expr(self, e: exp.Expression, keys: list[GroupKey], where: str,
+                  aliases: dict[str, exp.Expression] | None = None) -> exp.Expression:
+        """Replaces aggregates by cell columns and group keys by key columns."""
+
+        def replace(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, AGGREGATES):
+                return exp.column(self._cell(node).name)
+            for k in keys:
+                if node == k.expr:
+                    return exp.column(k.name)
+            if (isinstance(node, exp.Column) and aliases is not None
+                    and node.name.startswith("__alias:")):
+                return aliases[node.name.removeprefix("__alias:")].copy()
+            return node
+
+        out = e.copy().transform(replace)
+        for col in out.find_all(exp.Column):
+            if not col.name.startswith(("__k", "__a")):
+                name = col.name.removeprefix("__alias:")
+                raise UnsupportedQueryError(
+                    f"column {name!r} in {where} must appear in GROUP BY or inside an "
+                    "aggregate: only aggregates over groups can be released"
+                )
+        return out
+
+    def cells_in(self, e: exp.Expression) -> tuple[str, ...]:
+        names = []
+        for col in e.find_all(exp.Column):
+            if col.name.startswith("__a") and col.name not in names:
+                names.append(col.name)
+        return tuple(names)
+
+    def _cell(self, agg: exp.Expression) -> Cell:
+        key = agg.sql()
+        if key in self._cell_by_sql:
+            return self._cell_by_sql[key]
+        arg = agg.this
+        if isinstance(arg, exp.Distinct) and not isinstance(agg, exp.Count):
+            raise UnsupportedQueryError(
+                f"{agg.key.upper()}(DISTINCT ...) is not supported yet"
+            )
+        if any(arg.find_all(*AGGREGATES)):
+            raise UnsupportedQueryError("aggregates inside aggregates are not allowed")
+        name = f"__a{len(self.cells)}"
+        if isinstance(agg, exp.Count):
+            cell = Cell(name, agg, "stat", (self._count(arg).name,))
+        elif isinstance(agg, exp.Sum):
+            interval = bounds(arg, self.table.columns)
+            cell = Cell(name, agg, "stat", (self.stat("sum", arg, interval).name,))
+        else:  # AVG = m + SUM(x - m) / COUNT(x), both noised, m the bounds' midpoint
+            interval = bounds(arg, self.table.columns)
+            center = sensitivity.normalised_center(interval)
+            total = self.stat("sum", arg, interval, center)
+            count = self._count(arg)
+            cell = Cell(name, agg, "avg", (total.name, count.name), center,
+                        interval.lower, interval.upper)
+        self.cells.append(cell)
+        self._cell_by_sql[key] = cell
+        return cell
+
+    def _count(self, arg: exp.Expression) -> Statistic:
+        if isinstance(arg, exp.Star):
+            return self.stat("count", None, None)
+        if isinstance(arg, exp.Distinct):
+            cols = arg.expressions
+            uk = self.table.user_key
+            if len(cols) == 1 and isinstance(cols[0], exp.Column) and cols[0].name == uk:
+                return self.stat("users", None, None)
+            raise UnsupportedQueryError(
+                "COUNT(DISTINCT ...) is supported only over the user key"
+                + (f" ({uk})" if uk else "")
+            )
+        if self._never_null(arg):
+            return self.stat("count", None, None)
+        return self.stat("count", arg, None)
+
+    def _never_null(self, e: exp.Expression) -> bool:
+        if isinstance(e, exp.Literal):
+            return True
+        if isinstance(e, exp.Column):
+            return not self.table.column(e.name).nullable
+        if isinstance(e, exp.Paren | exp.Neg | exp.Abs):
+            return self._never_null(e.this)
+        if isinstance(e, exp.Add | exp.Sub | exp.Mul):
+            return self._never_null(e.this) and self._never_null(e.expression)
+        return False
+
+
+def _check_intervals(outputs: list[Output]) -> None:
+    """Every noisy output must get an error bar: only interval-safe functions over cells."""
+    for out in outputs:
+        if not out.cells:
+            continue
+        for node in out.expr.walk():
+            if not isinstance(node, _INTERVAL_FUNCS):
+                raise UnsupportedQueryError(
+                    f"output column {out.name!r}: {type(node).__name__.upper()} over a noisy "
+                    "aggregate is not supported (no error bar can be derived for it)"
+                )
+
+
+def _alias_target(select: exp.Select, alias: str) -> exp.Expression:
+    for item in select.expressions:
+        if isinstance(item, exp.Alias) and item.alias.lower() == alias:
+            return item.this
+    raise UnknownColumnError(f"unknown column {alias!r}")  # pragma: no cover
+
+
+def _table(select: exp.Select, catalog: Catalog) -> tuple[Table, str | None]:
+    source = select.args["from_"].this
+    if not isinstance(source, exp.Table):
+        raise UnsupportedQueryError("FROM must name one catalog table")
+    name = source.name
+    if not catalog.has_table(name):
+        raise UnknownTableError(
+            f"unknown table {name!r}; the catalog has: {', '.join(sorted(catalog.tables))}"
+        )
+    return catalog.table(name), (source.alias.lower() or None)
+
+
+def _qualify(select: exp.Select, table: Table, alias: str | None,
+             out_names: set[str]) -> exp.Select:
+    """Resolves every column against the table: unqualified, lower-case names.
+
+    Columns that name an output alias rather than a table column (allowed in GROUP BY,
+    HAVING and ORDER BY) become ``__alias:<name>`` placeholders.
+    """
+    select = select.copy()
+    qualifiers = {table.name} | ({alias} if alias else set())
+    lowered = {n.lower() for n in out_names}
+    for col in list(select.find_all(exp.Column)):
+        if isinstance(col.this, exp.Star):
+            raise UnsupportedQueryError("SELECT t.* would release raw rows")
+        if col.table and col.table.lower() not in qualifiers:
+            raise UnknownColumnError(
+                f"column {col.sql(dialect='duckdb')!r} refers to table {col.table!r}, "
+                f"which is not in FROM"
+            )
+        name = col.name.lower()
+        if table.has_column(name):
+            col.replace(exp.column(name))
+            continue
+        in_clause = col.find_ancestor(exp.Group, exp.Having, exp.Order)
+        in_agg = col.find_ancestor(*AGGREGATES)
+        if in_clause is not None and in_agg is None and name in lowered and not col.table:
+            col.replace(exp.column(f"__alias:{name}"))
+            continue
+        raise UnknownColumnError(
+            f"unknown column {col.name!r} in table {table.name!r}; its columns are: "
+            f"{', '.join(table.columns)}"
+        )
+    return select
+
+
+def _output_name(item: exp.Expression) -> str:
+    if isinstance(item, exp.Alias):
+        return item.alias
+    if isinstance(item, exp.Column):
+        return item.name
+    return item.sql(dialect="duckdb")
+
+
+def _privacy_parameters(epsilon: float, delta: float) -> tuple[float, float]:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float):
+        raise PrivacyParameterError(f"epsilon must be a number, got {epsilon!r}")
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise PrivacyParameterError(f"epsilon must be a positive finite number, got {epsilon}")
+    if isinstance(delta, bool) or not isinstance(delta, int | float):
+        raise PrivacyParameterError(f"delta must be a number, got {delta!r}")
+    if not (math.isfinite(delta) and 0 <= delta < 1):
+        raise PrivacyParameterError(f"delta must be in [0, 1), got {delta}")
+    return float(epsilon), float(delta)
+
+
+def _positive_int(value: int | None, name: str, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PrivacyParameterError(f"{name} must be a positive integer, got {value!r}")
+    return value

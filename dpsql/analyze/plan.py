@@ -1,0 +1,140 @@
+"""The plan: everything the later stages need, decided before any data is read."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from dpsql.analyze.bounds import Interval
+from dpsql.catalog import Table
+from dpsql.mechanisms import DiscreteLaplace, GridLaplace, LaplaceThreshold
+
+
+@dataclass
+class Statistic:
+    """One noisy per-group statistic computed by the backend.
+
+    Attributes:
+        name: column name in the rewritten SQL (``__s0``, ...; ``__users`` for users).
+        kind: ``count`` (rows), ``sum`` (clamped values) or ``users`` (distinct users).
+        arg: the per-row value (None for ``COUNT(*)`` and ``users``).
+        interval: bounds the per-row value is clamped to (sums only).
+        center: subtracted from each clamped value (normalised sums for AVG).
+        integer: whether every value is whole (then discrete noise).
+        nullable: whether the per-row value may be NULL (the clamp must keep NULLs).
+        linf: per-group sensitivity (see :mod:`dpsql.analyze.sensitivity`).
+        epsilon: the share of the query's budget spent on this statistic.
+        mechanism: the calibrated noise.
+    """
+
+    name: str
+    kind: str
+    arg: exp.Expression | None = None
+    interval: Interval | None = None
+    center: float = 0
+    integer: bool = True
+    nullable: bool = False
+    linf: float = 0
+    epsilon: float = 0.0
+    mechanism: DiscreteLaplace | GridLaplace | None = None
+
+    @property
+    def label(self) -> str:
+        """Human description, e.g. ``SUM(income - 250000)``."""
+        if self.kind == "users":
+            return "COUNT(DISTINCT <user>)"
+        if self.kind == "count":
+            return f"COUNT({self.arg.sql(dialect='duckdb') if self.arg else '*'})"
+        arg = self.arg.sql(dialect="duckdb")
+        if self.center:
+            return f"SUM({arg} - {self.center:g})"
+        return f"SUM({arg})"
+
+    def key(self) -> tuple:
+        """Identity used to noise a statistic only once when several aggregates need it."""
+        return (self.kind, self.arg.sql() if self.arg is not None else None, self.center)
+
+
+@dataclass
+class GroupKey:
+    """One GROUP BY expression; ``domain`` holds its public values, if the catalog has them."""
+
+    name: str
+    expr: exp.Expression
+    domain: tuple | None = None
+
+
+@dataclass
+class Cell:
+    """One aggregate of the analyst's query, answered from one or two statistics.
+
+    ``kind`` is ``stat`` (the statistic's noisy value) or ``avg``
+    (``clamp(center + sum / max(count, 1), lower, upper)``).
+    """
+
+    name: str
+    aggregate: exp.Expression
+    kind: str
+    stats: tuple[str, ...]
+    center: float = 0
+    lower: float = 0
+    upper: float = 0
+
+
+@dataclass
+class Output:
+    """One output column: ``expr`` is over key columns ``__k*`` and cell columns ``__a*``."""
+
+    name: str
+    expr: exp.Expression
+    cells: tuple[str, ...] = ()
+
+
+@dataclass
+class Plan:
+    """What one private query computes, at what sensitivity and cost."""
+
+    sql: str
+    table: Table
+    where: exp.Expression | None
+    keys: list[GroupKey]
+    stats: list[Statistic]
+    cells: list[Cell]
+    outputs: list[Output]
+    having: exp.Expression | None
+    order: exp.Order | None
+    limit: exp.Expression | None
+    offset: exp.Expression | None
+    max_groups: int
+    max_rows: int
+    bound_groups: bool
+    epsilon: float
+    delta: float
+    selection: LaplaceThreshold | None = None
+    seed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def user_key(self) -> str | None:
+        return self.table.user_key
+
+    @property
+    def public_keys(self) -> bool:
+        """Whether every group key has a public domain (no partition selection)."""
+        return all(k.domain is not None for k in self.keys)
+
+    @property
+    def domain_size(self) -> int:
+        return math.prod(len(k.domain) for k in self.keys if k.domain is not None)
+
+    def stat(self, name: str) -> Statistic:
+        return next(s for s in self.stats if s.name == name)
+
+    @property
+    def cost(self) -> tuple[float, float]:
+        """The (epsilon, delta) this query spends; 0 when nothing is noised."""
+        if not self.stats and self.selection is None:
+            return (0.0, 0.0)
+        return (self.epsilon, self.delta if self.selection is not None else 0.0)

@@ -1,0 +1,48 @@
+"""The backend abstraction: where the rewritten SQL runs.
+
+A backend is described by data — its sqlglot dialect and ``supports_*`` flags — and
+does three things: open a least-privilege connection, report a table's column types
+(metadata only, read before any charge), and run one rewritten query returning the
+exact per-group statistics. It is dpsql's own connection and never handed to analysts.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from sqlglot import exp
+
+
+class Backend(ABC):
+    """One engine that runs rewritten queries."""
+
+    #: sqlglot dialect the SQL is written in.
+    dialect: str = ""
+    #: The engine has a keyed hash usable in a window ORDER BY (L0 sampling).
+    supports_hash: bool = True
+    #: The engine can refuse file and network access for the session.
+    supports_no_external_access: bool = False
+
+    def to_sql(self, expression: exp.Expression) -> str:
+        """Transpiles a rewritten AST to this backend's SQL."""
+        return expression.sql(dialect=self.dialect)
+
+    @abstractmethod
+    def columns(self, table: str) -> dict[str, str] | None:
+        """Column name → type name of ``table`` (lower-case), or None if absent."""
+
+    @abstractmethod
+    def check(self, expression: exp.Expression) -> None:
+        """Binds and plans a rewritten query without reading data.
+
+        Raises BackendError (not charged) if the backend refuses it: a failure at this
+        point depends on the schema only, so the query can be refused for free.
+        """
+
+    @abstractmethod
+    def execute(self, expression: exp.Expression) -> tuple[list[str], list[tuple]]:
+        """Runs one rewritten query; returns its column names and rows."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Releases the connection."""

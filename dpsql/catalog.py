@@ -1,0 +1,284 @@
+"""The catalog: what the data owner declares about each table.
+
+A catalog is YAML (or the equivalent dict)::
+
+    dataset: pums                 # optional name of the data set
+    tables:
+      pums:
+        user_key: pid             # or `row_privacy: true`, or `public: true`
+        max_groups: 1             # groups one user may touch (L0), default 1
+        max_rows: 1               # rows one user may add to one group (Linf), default 1
+        columns:
+          pid:    {type: int}
+          age:    {type: int, lower: 0, upper: 100}
+          sex:    {type: int, values: [0, 1]}
+          income: {type: float, lower: 0, upper: 500000, nullable: true}
+
+Mistakes are refused when the catalog is loaded, with an error that names the table,
+the column and the problem. Names are case-insensitive (stored lower-case), as unquoted
+SQL identifiers are.
+
+>>> cat = load_catalog({"tables": {"t": {"row_privacy": True,
+...     "columns": {"x": {"type": "int", "lower": 0, "upper": 9}}}}})
+>>> cat.table("T").column("X").upper
+9
+>>> load_catalog({"tables": {"t": {"user_key": "uid", "columns": {"x": {"type": "int"}}}}})
+Traceback (most recent call last):
+...
+dpsql.errors.CatalogError: table 't': user_key 'uid' is not one of its columns (x)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dpsql.errors import CatalogError
+
+#: Column types the catalog accepts.
+TYPES = ("int", "float", "string", "bool", "date", "timestamp")
+NUMERIC_TYPES = ("int", "float")
+
+_TOP_KEYS = {"dataset", "tables", "budget", "description"}
+_TABLE_KEYS = {
+    "user_key",
+    "row_privacy",
+    "public",
+    "max_groups",
+    "max_rows",
+    "columns",
+    "description",
+}
+_COLUMN_KEYS = {"type", "lower", "upper", "values", "nullable", "description"}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a catalog table.
+
+    Attributes:
+        name: lower-case column name.
+        type: one of :data:`TYPES`.
+        lower: smallest value an aggregate may use (values below are clamped), or None.
+        upper: largest value an aggregate may use, or None.
+        values: the public domain of the column when grouped by, or None.
+        nullable: whether the column may hold NULL.
+    """
+
+    name: str
+    type: str
+    lower: float | None = None
+    upper: float | None = None
+    values: tuple | None = None
+    nullable: bool = False
+
+    @property
+    def bounded(self) -> bool:
+        return self.lower is not None and self.upper is not None
+
+    @property
+    def numeric(self) -> bool:
+        return self.type in NUMERIC_TYPES
+
+
+@dataclass(frozen=True)
+class Table:
+    """One catalog table and its privacy unit.
+
+    Exactly one of ``user_key``, ``row_privacy`` and ``public`` describes who a row
+    belongs to: the column holding the user id, each row its own user, or nobody.
+    """
+
+    name: str
+    columns: dict[str, Column]
+    user_key: str | None = None
+    row_privacy: bool = False
+    public: bool = False
+    max_groups: int = 1
+    max_rows: int = 1
+
+    def column(self, name: str) -> Column:
+        """Returns the column named ``name`` (case-insensitive); KeyError if absent."""
+        return self.columns[name.lower()]
+
+    def has_column(self, name: str) -> bool:
+        return name.lower() in self.columns
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """All tables of one data set."""
+
+    tables: dict[str, Table]
+    dataset: str = "default"
+    budget: tuple[float, float] | None = None
+    source: str = field(default="<dict>", compare=False)
+
+    def table(self, name: str) -> Table:
+        """Returns the table named ``name`` (case-insensitive); KeyError if absent."""
+        return self.tables[name.lower()]
+
+    def has_table(self, name: str) -> bool:
+        return name.lower() in self.tables
+
+
+def load_catalog(source: str | Path | Mapping[str, Any] | Catalog) -> Catalog:
+    """Loads and checks a catalog from a YAML path, a dict, or returns a Catalog as is.
+
+    Raises:
+        CatalogError: the file is missing or not YAML, or the catalog has a mistake.
+    """
+    if isinstance(source, Catalog):
+        return source
+    origin = "<dict>"
+    if isinstance(source, str | Path):
+        path = Path(source)
+        origin = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CatalogError(f"cannot read catalog file {origin!r}: {exc.strerror}") from None
+        try:
+            source = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise CatalogError(f"catalog file {origin!r} is not valid YAML: {exc}") from None
+    if not isinstance(source, Mapping):
+        raise CatalogError(f"catalog {origin}: expected a mapping with a 'tables' key")
+    return _build(source, origin)
+
+
+def _build(doc: Mapping[str, Any], origin: str) -> Catalog:
+    _no_unknown_keys(doc, _TOP_KEYS, "catalog")
+    tables_doc = doc.get("tables")
+    if not isinstance(tables_doc, Mapping) or not tables_doc:
+        raise CatalogError("catalog: 'tables' must be a non-empty mapping of table names")
+    tables: dict[str, Table] = {}
+    for raw_name, tdoc in tables_doc.items():
+        name = str(raw_name).lower()
+        if name in tables:
+            raise CatalogError(f"table {name!r} is declared twice (names are case-insensitive)")
+        tables[name] = _table(name, tdoc)
+    budget = None
+    if doc.get("budget") is not None:
+        bdoc = doc["budget"]
+        if not isinstance(bdoc, Mapping):
+            raise CatalogError("catalog: 'budget' must be a mapping with epsilon and delta")
+        _no_unknown_keys(bdoc, {"epsilon", "delta"}, "catalog budget")
+        eps, delta = _number(bdoc.get("epsilon"), "budget epsilon"), bdoc.get("delta", 0.0)
+        delta = _number(delta, "budget delta")
+        if eps <= 0 or not 0 <= delta < 1:
+            raise CatalogError("catalog budget: need epsilon > 0 and 0 <= delta < 1")
+        budget = (eps, delta)
+    return Catalog(tables, str(doc.get("dataset", "default")), budget, origin)
+
+
+def _table(name: str, tdoc: Any) -> Table:
+    where = f"table {name!r}"
+    if not isinstance(tdoc, Mapping):
+        raise CatalogError(f"{where}: expected a mapping with 'columns'")
+    _no_unknown_keys(tdoc, _TABLE_KEYS, where)
+    cols_doc = tdoc.get("columns")
+    if not isinstance(cols_doc, Mapping) or not cols_doc:
+        raise CatalogError(f"{where}: 'columns' must be a non-empty mapping")
+    columns: dict[str, Column] = {}
+    for raw_col, cdoc in cols_doc.items():
+        col = str(raw_col).lower()
+        if col in columns:
+            raise CatalogError(f"{where}: column {col!r} is declared twice")
+        columns[col] = _column(name, col, cdoc)
+
+    user_key = tdoc.get("user_key")
+    row_privacy = bool(tdoc.get("row_privacy", False))
+    public = bool(tdoc.get("public", False))
+    chosen = [k for k, v in (("user_key", user_key), ("row_privacy", row_privacy),
+                             ("public", public)) if v]
+    if len(chosen) != 1:
+        raise CatalogError(
+            f"{where}: declare exactly one of user_key, row_privacy: true, public: true "
+            f"(got {', '.join(chosen) or 'none'})"
+        )
+    if user_key is not None:
+        if not isinstance(user_key, str):
+            raise CatalogError(f"{where}: user_key must be a column name")
+        user_key = user_key.lower()
+        if user_key not in columns:
+            raise CatalogError(
+                f"{where}: user_key {user_key!r} is not one of its columns "
+                f"({', '.join(columns)})"
+            )
+    bounds = {}
+    for key in ("max_groups", "max_rows"):
+        value = tdoc.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CatalogError(f"{where}: {key} must be a positive integer, got {value!r}")
+        bounds[key] = value
+    return Table(name, columns, user_key, row_privacy, public, **bounds)
+
+
+def _column(table: str, name: str, cdoc: Any) -> Column:
+    where = f"table {table!r}, column {name!r}"
+    if cdoc is None:
+        cdoc = {}
+    if isinstance(cdoc, str):
+        cdoc = {"type": cdoc}
+    if not isinstance(cdoc, Mapping):
+        raise CatalogError(f"{where}: expected a mapping such as {{type: int}}")
+    _no_unknown_keys(cdoc, _COLUMN_KEYS, where)
+    ctype = cdoc.get("type")
+    if ctype not in TYPES:
+        raise CatalogError(f"{where}: type must be one of {', '.join(TYPES)}, got {ctype!r}")
+    lower, upper = cdoc.get("lower"), cdoc.get("upper")
+    if (lower is None) != (upper is None):
+        raise CatalogError(f"{where}: give both lower and upper, or neither")
+    if lower is not None:
+        if ctype not in NUMERIC_TYPES:
+            raise CatalogError(f"{where}: lower/upper are only for int and float columns")
+        lower, upper = _number(lower, f"{where}: lower"), _number(upper, f"{where}: upper")
+        if lower > upper:
+            raise CatalogError(f"{where}: lower ({lower}) is greater than upper ({upper})")
+        if ctype == "int" and (lower != int(lower) or upper != int(upper)):
+            raise CatalogError(f"{where}: bounds of an int column must be integers")
+        if ctype == "int":
+            lower, upper = int(lower), int(upper)
+    values = cdoc.get("values")
+    if values is not None:
+        if not isinstance(values, list | tuple) or not values:
+            raise CatalogError(f"{where}: values must be a non-empty list (the public domain)")
+        if len(set(map(repr, values))) != len(values):
+            raise CatalogError(f"{where}: values lists a value twice")
+        values = tuple(_domain_value(v, ctype, where) for v in values)
+    nullable = cdoc.get("nullable", False)
+    if not isinstance(nullable, bool):
+        raise CatalogError(f"{where}: nullable must be true or false")
+    return Column(name, ctype, lower, upper, values, nullable)
+
+
+def _domain_value(value: Any, ctype: str, where: str) -> Any:
+    ok = {
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        "string": lambda v: isinstance(v, str),
+        "bool": lambda v: isinstance(v, bool),
+    }.get(ctype, lambda v: True)
+    if value is None or not ok(value):
+        raise CatalogError(f"{where}: value {value!r} in values is not of type {ctype}")
+    return value
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise CatalogError(f"{where}: expected a finite number, got {value!r}")
+    return value
+
+
+def _no_unknown_keys(doc: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(map(str, doc)) - allowed)
+    if unknown:
+        raise CatalogError(
+            f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})"
+        )

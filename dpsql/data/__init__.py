@@ -1,0 +1,1 @@
+"""Bundled data sets (see pums/README.md)."""

@@ -1,0 +1,65 @@
+"""The bundled PUMS sample and its catalogs.
+
+The data are the US Census PUMS sample published with SmartNoise SQL's test data
+(see ``dpsql/data/pums/README.md``).
+
+>>> sorted(load_catalog(catalog_path("pums")).tables)
+['pums']
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import duckdb
+
+from dpsql.catalog import Catalog, load_catalog
+
+_TYPES = {"int": "BIGINT", "float": "DOUBLE", "string": "VARCHAR", "bool": "BOOLEAN",
+          "date": "DATE", "timestamp": "TIMESTAMP"}
+
+#: Bundled tables: name → (CSV file, catalog name).
+PUMS_TABLES = {"pums": "pums.csv", "pums_dup": "pums_dup.csv"}
+
+
+def catalog_path(name: str) -> Path:
+    """Path of a bundled catalog (``pums`` or ``pums_dup``)."""
+    here = Path(__file__).resolve().parent
+    source_tree = here.parent / "catalog" / f"{name}.yaml"
+    if source_tree.exists():
+        return source_tree
+    return Path(str(resources.files("dpsql._catalogs").joinpath(f"{name}.yaml")))
+
+
+def pums_catalog() -> Catalog:
+    """Both bundled PUMS tables in one catalog."""
+    tables = {}
+    for name in PUMS_TABLES:
+        tables.update(load_catalog(catalog_path(name)).tables)
+    return Catalog(tables, dataset="pums")
+
+
+def data_path(filename: str) -> Path:
+    return Path(str(resources.files("dpsql.data").joinpath("pums", filename)))
+
+
+def load_pums(database: str | Path | duckdb.DuckDBPyConnection) -> None:
+    """Creates (or replaces) the tables ``pums`` and ``pums_dup`` in a DuckDB database.
+
+    Column types come from the bundled catalogs, so the database matches them.
+    """
+    con = database if isinstance(database, duckdb.DuckDBPyConnection) else duckdb.connect(
+        str(database))
+    try:
+        for table, filename in PUMS_TABLES.items():
+            cat = load_catalog(catalog_path(table)).table(table)
+            types = {c.name: _TYPES[c.type] for c in cat.columns.values()}
+            con.execute(
+                f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM read_csv(?, header=true, "
+                f"types={types!r})",
+                [str(data_path(filename))],
+            )
+    finally:
+        if not isinstance(database, duckdb.DuckDBPyConnection):
+            con.close()

@@ -1,0 +1,90 @@
+"""The exception hierarchy: one root, one subclass per stage of the pipeline.
+
+Every error dpsql raises derives from :class:`DpsqlError`. The stage tells the caller
+whether budget was spent: errors raised before the ``charge`` stage (catalog, parse,
+validation, analysis, privacy parameters, budget) never charge anything; a
+:class:`BackendError` is raised after the charge and keeps it, because a failure that
+depends on the data is itself information about the data.
+
+>>> issubclass(UnsupportedQueryError, DpsqlError)
+True
+>>> err = ParseError("unexpected token", line=1, column=8)
+>>> str(err)
+'unexpected token (line 1, column 8)'
+"""
+
+from __future__ import annotations
+
+
+class DpsqlError(Exception):
+    """Root of all dpsql errors."""
+
+    #: Pipeline stage that raised the error.
+    stage = "dpsql"
+    #: Whether the query that raised it was charged against the budget.
+    charged = False
+
+
+class CatalogError(DpsqlError):
+    """The catalog is malformed or inconsistent (names the table, column and problem)."""
+
+    stage = "catalog"
+
+
+class ParseError(DpsqlError):
+    """The SQL text is not one parseable statement."""
+
+    stage = "parse"
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None):
+        self.line = line
+        self.column = column
+        if line is not None:
+            message = f"{message} (line {line}, column {column})"
+        super().__init__(message)
+
+
+class UnsupportedQueryError(DpsqlError):
+    """The query uses a construct dpsql refuses (names the construct, says why)."""
+
+    stage = "validate"
+
+
+class AnalysisError(DpsqlError):
+    """The query is well-formed SQL but cannot be answered against the catalog."""
+
+    stage = "analyze"
+
+
+class UnknownTableError(AnalysisError):
+    """A table that the catalog does not describe."""
+
+
+class UnknownColumnError(AnalysisError):
+    """A column that the catalog does not describe."""
+
+
+class UnboundedExpressionError(AnalysisError):
+    """An aggregated expression whose bounds cannot be derived from the catalog."""
+
+
+class PrivacyParameterError(DpsqlError, ValueError):
+    """Invalid privacy parameters (epsilon, delta, contribution bounds)."""
+
+    stage = "analyze"
+
+
+class BudgetExhaustedError(DpsqlError):
+    """The query's cost does not fit into the remaining budget; nothing was charged."""
+
+    stage = "charge"
+
+
+class BackendError(DpsqlError):
+    """The backend failed while running the rewritten query.
+
+    Raised after the charge, which is kept. The message never carries data values.
+    """
+
+    stage = "execute"
+    charged = True

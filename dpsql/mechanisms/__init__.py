@@ -1,0 +1,6 @@
+"""Noise mechanisms. Each exposes its privacy map and its accuracy, as in OpenDP."""
+
+from dpsql.mechanisms.laplace import DiscreteLaplace, GridLaplace, laplace
+from dpsql.mechanisms.partition import LaplaceThreshold
+
+__all__ = ["DiscreteLaplace", "GridLaplace", "LaplaceThreshold", "laplace"]

@@ -1,0 +1,55 @@
+"""Partition selection: which group keys found in the data may be released.
+
+A key that comes from the data (not from a public domain) is released only if a noisy
+count of its distinct users clears a threshold τ (Laplace thresholding; Wilson et al.,
+PETS 2020; Desfontaines et al., PETS 2022).
+
+Derivation. After contribution bounding a user touches at most ``G`` keys, so the
+vector of user counts has L1 sensitivity ``G``; discrete Laplace noise of scale
+``b = G / ε`` makes the noisy counts of keys present in both neighbours ε-DP. A key
+present in only one neighbour has exactly one user there (the differing user), and
+is released iff ``1 + Z >= τ``; for discrete Laplace with ``q = exp(−1/b)``,
+``P(Z >= m) = q^m / (1 + q)`` for ``m >= 1``. The user has at most ``G`` such keys, so
+the probability that any is released is at most ``G · q^(τ−1) / (1 + q)``; choosing
+the smallest integer τ that makes this ``<= δ`` gives (ε, δ)-DP.
+
+>>> sel = LaplaceThreshold(epsilon=1.0, delta=1e-6, max_groups=1)
+>>> sel.threshold
+15
+>>> sel.privacy_map()
+(1.0, 1e-06)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from dpsql.mechanisms.laplace import DiscreteLaplace
+
+
+class LaplaceThreshold:
+    """Noisy user counts with a release threshold; costs (ε, δ)."""
+
+    def __init__(self, epsilon: float, delta: float, max_groups: int):
+        if not epsilon > 0 or not 0 < delta < 1:
+            raise ValueError("partition selection needs epsilon > 0 and 0 < delta < 1")
+        self.epsilon, self.delta, self.max_groups = epsilon, delta, max_groups
+        self.noise = DiscreteLaplace(max_groups / epsilon)
+        q = math.exp(-1.0 / self.noise.scale)
+        # smallest integer m = τ − 1 >= 1 with G · q^m / (1 + q) <= δ
+        m = math.ceil(math.log(delta * (1 + q) / max_groups) / math.log(q))
+        self.threshold = max(m, 1) + 1
+
+    def privacy_map(self) -> tuple[float, float]:
+        return (self.noise.privacy_map(self.max_groups), self.delta)
+
+    def leak_probability(self) -> float:
+        """Chance that some key held only by the differing user is released (<= δ)."""
+        q = math.exp(-1.0 / self.noise.scale)
+        return self.max_groups * q ** (self.threshold - 1) / (1 + q)
+
+    def release(self, user_counts: Sequence[int]) -> tuple[list[int], list[bool]]:
+        """Noisy user counts and, for each key, whether it is released."""
+        noisy = self.noise.release(user_counts)
+        return noisy, [n >= self.threshold for n in noisy]

@@ -1,0 +1,75 @@
+"""Noise stage: exact per-group statistics become noisy ones, and keys are selected.
+
+Which groups are released is decided here, never by the data alone:
+
+* every group key has a public domain: every combination of the domains is released,
+  empty ones included (their exact statistics are 0);
+* otherwise: keys found in the data are released only if their noisy user count
+  clears the partition-selection threshold.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from decimal import Decimal
+
+from dpsql.analyze.plan import Plan
+
+
+@dataclass
+class NoisyGroups:
+    """The released groups: their keys and each statistic's noisy value per group."""
+
+    keys: list[tuple]
+    stats: dict[str, list[float | int]]
+
+
+def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
+    """Selects the groups to release and noises every statistic of the plan.
+
+    Args:
+        plan: the query's plan.
+        columns: column names of the rewritten query (``__k*`` then statistics).
+        rows: its exact result, one row per group found in the data.
+    """
+    nk = len(plan.keys)
+    index = {name: i for i, name in enumerate(columns)}
+    exact = {tuple(row[:nk]): row for row in rows}
+
+    def values(name: str, groups: list[tuple]) -> list:
+        i = index[name]
+        stat = plan.stat(name)
+        out = []
+        for g in groups:
+            row = exact.get(g)
+            out.append(_number(row[i] if row is not None else 0, stat.integer))
+        return out
+
+    noisy: dict[str, list] = {}
+    if plan.selection is None:
+        groups = list(itertools.product(*(k.domain for k in plan.keys)))
+    else:
+        candidates = list(exact)
+        counts, keep = plan.selection.release(values("__users", candidates))
+        groups = [g for g, k in zip(candidates, keep, strict=True) if k]
+        noisy["__users"] = [c for c, k in zip(counts, keep, strict=True) if k]
+    for stat in plan.stats:
+        if stat.name in noisy:
+            continue
+        noisy[stat.name] = stat.mechanism.release(values(stat.name, groups))
+    return NoisyGroups(groups, noisy)
+
+
+def _number(value, integer: bool):
+    if value is None:  # SUM over only NULLs
+        return 0
+    if isinstance(value, Decimal):
+        value = int(value) if integer and value == value.to_integral_value() else float(value)
+    if integer:
+        if isinstance(value, float):
+            # The backend's column types are checked against the catalog before the
+            # query runs, so an integer statistic is whole; round defensively.
+            return round(value)
+        return int(value)
+    return float(value)

@@ -1,0 +1,198 @@
+"""Post-processing stage: noisy statistics become the analyst's answer.
+
+Free under DP's post-processing property: everything here reads only noisy values and
+released keys. The analyst's outer expressions, HAVING, ORDER BY and LIMIT run in a
+private in-memory DuckDB over the small table of released groups, so their SQL
+semantics are DuckDB's own. Error bars are derived alongside in Python by interval
+arithmetic: for an output that depends on ``m`` noisy statistics, each statistic's
+interval is taken at level ``α/m``, so by the union bound the output's interval holds
+with probability at least ``1 − α``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.analyze.plan import Cell, Plan
+from dpsql.noise import NoisyGroups
+
+ROW_ID = "__rid"
+
+
+@dataclass
+class Answer:
+    columns: list[str]
+    rows: list[tuple]
+    accuracy: list[tuple]
+
+
+def cell_values(plan: Plan, noisy: NoisyGroups) -> dict[str, list]:
+    """The value of every aggregate cell in every released group."""
+    out: dict[str, list] = {}
+    for cell in plan.cells:
+        if cell.kind == "stat":
+            out[cell.name] = list(noisy.stats[cell.stats[0]])
+        else:
+            total, count = (noisy.stats[s] for s in cell.stats)
+            out[cell.name] = [_avg(cell, s, n) for s, n in zip(total, count, strict=True)]
+    return out
+
+
+def _avg(cell: Cell, total: float, count: float) -> float:
+    # AVG = m + SUM(x - m) / COUNT(x); a noisy count below 1 is read as 1, and the
+    # result is clamped to the value bounds (both post-processing).
+    value = cell.center + total / max(count, 1)
+    return min(max(value, cell.lower), cell.upper)
+
+
+def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
+    """Evaluates outputs, HAVING, ORDER BY and LIMIT; attaches error bars."""
+    cells = cell_values(plan, noisy)
+    n = len(noisy.keys)
+    data: dict[str, list] = {ROW_ID: list(range(n))}
+    for i, key in enumerate(plan.keys):
+        data[key.name] = [g[i] for g in noisy.keys]
+    data.update(cells)
+    table = pa.table(data) if n else _empty_table(plan)
+
+    query = exp.select(
+        *(exp.alias_(o.expr.copy(), o.name, quoted=True) for o in plan.outputs),
+        exp.column(ROW_ID),
+    ).from_("__noisy")
+    if plan.having is not None:
+        query = query.where(plan.having.copy())
+    if plan.order is not None:
+        query.set("order", plan.order.copy())
+    if plan.limit is not None:
+        query = query.limit(plan.limit.copy())
+    if plan.offset is not None:
+        query = query.offset(plan.offset.copy())
+
+    con = duckdb.connect(":memory:", config={"enable_external_access": False})
+    try:
+        con.register("__noisy", table)
+        result = con.execute(query.sql(dialect="duckdb")).fetchall()
+    finally:
+        con.close()
+
+    rows, accuracy = [], []
+    for row in result:
+        rid = row[-1]
+        values = row[:-1]
+        rows.append(tuple(values))
+        accuracy.append(tuple(
+            _half_width(plan, out, value, rid, noisy, cells, alpha)
+            for out, value in zip(plan.outputs, values, strict=True)
+        ))
+    return Answer([o.name for o in plan.outputs], rows, accuracy)
+
+
+def _empty_table(plan: Plan) -> pa.Table:
+    fields = [pa.field(ROW_ID, pa.int64())]
+    fields += [pa.field(k.name, pa.null()) for k in plan.keys]
+    fields += [pa.field(c.name, pa.float64()) for c in plan.cells]
+    return pa.schema(fields).empty_table()
+
+
+def stat_half_width(plan: Plan, name: str, alpha: float) -> float:
+    """Half-width of a statistic's (1 − alpha) interval, from its noise distribution."""
+    return plan.stat(name).mechanism.accuracy(alpha)
+
+
+def _half_width(plan, out, value, rid, noisy, cells, alpha) -> float | None:
+    if not out.cells or value is None:
+        return None
+    stats = sorted({s for c in plan.cells if c.name in out.cells for s in c.stats})
+    level = alpha / len(stats)
+    widths = {s: stat_half_width(plan, s, level) for s in stats}
+    env = {}
+    for i, key in enumerate(plan.keys):
+        env[key.name] = _point(noisy.keys[rid][i])
+    for cell in plan.cells:
+        if cell.name in out.cells:
+            env[cell.name] = _cell_interval(cell, rid, noisy, cells, widths)
+    low, high = _Intervals(env).visit(out.expr)
+    width = max(value - low, high - value, 0.0)
+    return width if math.isfinite(width) else math.inf
+
+
+def _point(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return (value, value)
+
+
+def _cell_interval(cell: Cell, rid: int, noisy: NoisyGroups, cells, widths):
+    if cell.kind == "stat":
+        v, h = noisy.stats[cell.stats[0]][rid], widths[cell.stats[0]]
+        return (v - h, v + h)
+    total, count = (noisy.stats[s][rid] for s in cell.stats)
+    ht, hc = (widths[s] for s in cell.stats)
+    candidates = [
+        cell.center + s / max(c, 1)
+        for s in (total - ht, total + ht)
+        for c in (count - hc, count + hc)
+    ]
+    return (
+        min(max(min(candidates), cell.lower), cell.upper),
+        min(max(max(candidates), cell.lower), cell.upper),
+    )
+
+
+class _Intervals:
+    """Interval evaluation of the output expressions that analysis allows over cells."""
+
+    def __init__(self, env: dict):
+        self.env = env
+
+    def visit(self, e: exp.Expression) -> tuple[float, float]:
+        if isinstance(e, exp.Column):
+            iv = self.env.get(e.name)
+            if iv is None:
+                return (-math.inf, math.inf)
+            return iv
+        if isinstance(e, exp.Literal):
+            if e.is_string:
+                return (-math.inf, math.inf)
+            v = float(e.this)
+            return (v, v)
+        if isinstance(e, exp.Paren):
+            return self.visit(e.this)
+        if isinstance(e, exp.Neg):
+            lo, hi = self.visit(e.this)
+            return (-hi, -lo)
+        if isinstance(e, exp.Add | exp.Sub | exp.Mul | exp.Div):
+            (a, b), (c, d) = self.visit(e.this), self.visit(e.expression)
+            if isinstance(e, exp.Add):
+                return (a + c, b + d)
+            if isinstance(e, exp.Sub):
+                return (a - d, b - c)
+            if isinstance(e, exp.Div):
+                if c <= 0 <= d:
+                    return (-math.inf, math.inf)
+                c, d = 1 / d, 1 / c
+            products = [x * y for x in (a, b) for y in (c, d) if not math.isnan(x * y)]
+            return (min(products), max(products)) if products else (-math.inf, math.inf)
+        if isinstance(e, exp.Abs):
+            lo, hi = self.visit(e.this)
+            low = 0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi))
+            return (low, max(abs(lo), abs(hi)))
+        if isinstance(e, exp.Least | exp.Greatest):
+            parts = [self.visit(x) for x in [e.this, *e.expressions]]
+            pick = min if isinstance(e, exp.Least) else max
+            return (pick(p[0] for p in parts), pick(p[1] for p in parts))
+        if isinstance(e, exp.Round | exp.Floor | exp.Ceil | exp.Cast | exp.TryCast):
+            # monotone: widen by one unit of the rounding on each side
+            lo, hi = self.visit(e.this)
+            digits = e.args.get("decimals")
+            step = 10.0 ** -int(digits.this) if isinstance(digits, exp.Literal) else 1.0
+            if isinstance(e, exp.Cast | exp.TryCast) and not e.to.is_type(
+                    *exp.DataType.INTEGER_TYPES):
+                step = 0.0
+            return (lo - step, hi + step)
+        return (-math.inf, math.inf)

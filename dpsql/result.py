@@ -1,0 +1,128 @@
+"""What a query returns (:class:`Result`) and what ``explain`` shows (:class:`Explanation`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _fmt(value: Any, width: float | None = None) -> str:
+    if isinstance(value, float):
+        text = f"{value:,.2f}" if abs(value) < 1e15 else f"{value:.6g}"
+    else:
+        text = "NULL" if value is None else str(value)
+    if width is None:
+        return text
+    if math.isinf(width):
+        return f"{text} ± inf"
+    return f"{text} ± {width:,.2f}" if isinstance(width, float) else f"{text} ± {width:,}"
+
+
+def _table(header: list[str], body: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h)
+              for i, h in enumerate(header)]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    rule = "  ".join("-" * w for w in widths)
+    rows = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in body]
+    return "\n".join([line, rule, *rows])
+
+
+@dataclass(frozen=True)
+class Result:
+    """A private answer.
+
+    Attributes:
+        columns: output column names.
+        rows: one tuple per released group, in ``columns`` order.
+        accuracy: parallel to ``rows``: per cell the half-width of its ``1 − alpha``
+            confidence interval, None for group keys and other exact columns.
+        cost: the (epsilon, delta) this query spent.
+        sql: the rewritten SQL that ran on the backend.
+        alpha: the confidence level's complement (0.05 for 95% intervals).
+        split: how the cost was split across the query's noisy statistics.
+        notes: caveats, e.g. that clamping may bias sums.
+    """
+
+    columns: list[str]
+    rows: list[tuple]
+    accuracy: list[tuple]
+    cost: tuple[float, float]
+    sql: str
+    alpha: float = 0.05
+    split: list[dict] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def df(self):
+        """The rows as a pandas DataFrame (columns as in ``columns``)."""
+        import pandas as pd
+
+        return pd.DataFrame.from_records(self.rows, columns=self.columns)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __str__(self) -> str:
+        body = [[_fmt(v, w) for v, w in zip(row, acc, strict=True)]
+                for row, acc in zip(self.rows, self.accuracy, strict=True)]
+        conf = f"{100 * (1 - self.alpha):g}%"
+        return (
+            _table(list(self.columns), body)
+            + f"\n({len(self.rows)} rows; ± is the {conf} interval half-width; "
+            f"spent epsilon={self.cost[0]:g}, delta={self.cost[1]:g})"
+        )
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What a query would do and cost, computed without reading data or spending budget.
+
+    Attributes:
+        sql: the rewritten SQL.
+        statistics: per noisy statistic: name, what it computes, its per-group and
+            L1 sensitivity, its share of epsilon, the mechanism and its scale, and the
+            predicted half-width of its ``1 − alpha`` interval.
+        partition_selection: threshold and cost when keys come from the data.
+        cost: the (epsilon, delta) the query would spend.
+        max_groups, max_rows: the contribution bounds in force.
+        notes: caveats.
+    """
+
+    sql: str
+    statistics: list[dict]
+    partition_selection: dict | None
+    cost: tuple[float, float]
+    max_groups: int
+    max_rows: int
+    alpha: float = 0.05
+    notes: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        conf = f"±{100 * (1 - self.alpha):g}%"
+        body = [[s["name"], s["statistic"], f"{s['linf']:g}", f"{s['l1']:g}",
+                 f"{s['epsilon']:.4g}", s["mechanism"], f"{s['scale']:.4g}",
+                 f"{s['half_width']:,.4g}"] for s in self.statistics]
+        parts = [
+            "Rewritten SQL:",
+            self.sql,
+            "",
+            f"Contribution bounds: max_groups={self.max_groups}, max_rows={self.max_rows}",
+            "",
+            _table(["name", "statistic", "L∞", "L1", "epsilon", "mechanism", "scale", conf],
+                   body),
+        ]
+        if self.partition_selection:
+            ps = self.partition_selection
+            parts += ["", f"Partition selection: keys need a noisy user count >= "
+                      f"{ps['threshold']} (epsilon={ps['epsilon']:.4g}, delta={ps['delta']:g})"]
+        parts += ["", f"Cost: epsilon={self.cost[0]:g}, delta={self.cost[1]:g}"]
+        parts += [f"Note: {n}" for n in self.notes]
+        return "\n".join(parts)
+
+    __repr__ = __str__

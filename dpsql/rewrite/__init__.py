@@ -1,0 +1,37 @@
+"""Rewrite stage: a plan becomes the backend SQL that bounds every user's contribution.
+
+Each pass is one module with one public function named after it, ``(Expr, Plan) ->
+Expr``; :data:`RULES` lists them in the order they run, starting from the plain
+statistics query of :func:`statistics_query`.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.analyze.plan import Plan
+from dpsql.rewrite.bound_groups import bound_groups
+from dpsql.rewrite.clamp_values import clamp_values
+from dpsql.rewrite.guard_errors import guard_errors
+from dpsql.rewrite.per_user_aggregate import per_user_aggregate
+from dpsql.rewrite.restrict_domains import restrict_domains
+from dpsql.rewrite.statistics_query import statistics_query
+
+RULES = (
+    guard_errors,
+    restrict_domains,
+    clamp_values,
+    per_user_aggregate,
+    bound_groups,
+)
+
+
+def rewrite(plan: Plan, rules=RULES) -> exp.Select:
+    """Runs the passes in order on the plan's statistics query."""
+    expression = statistics_query(plan)
+    for rule in rules:
+        expression = rule(expression, plan)
+    return expression
+
+
+__all__ = ["RULES", "rewrite", "statistics_query", *[r.__name__ for r in RULES]]

@@ -1,0 +1,39 @@
+"""Pass: clamp every summed value into its bounds.
+
+Why: the sensitivity of a sum is derived from the bounds of the summed value
+(:mod:`dpsql.analyze.bounds`); clamping in SQL makes that true whatever the data hold.
+The clamp wraps the whole aggregated expression, so ``SUM(a * b)`` is clamped to the
+interval derived for ``a * b``.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.analyze.plan import Plan
+from dpsql.rewrite._sql import clamp
+
+
+def clamp_values(expression: exp.Select, plan: Plan) -> exp.Select:
+    """Clamps the argument of every SUM statistic to the bounds the plan derived.
+
+    >>> from dpsql.engine import _demo_plan
+    >>> from dpsql.rewrite.statistics_query import statistics_query
+    >>> plan = _demo_plan("SELECT SUM(income) FROM pums")
+    >>> clamp_values(statistics_query(plan), plan).sql()
+    'SELECT SUM(LEAST(GREATEST(income, 0), 500000)) AS __s0 FROM pums'
+    """
+    sums = {s.name: s for s in plan.stats if s.kind == "sum"}
+    for item in expression.expressions:
+        stat = sums.get(item.alias_or_name)
+        if stat is None or not isinstance(item.this, exp.Sum):
+            continue
+        total = item.this
+        value = total.this
+        if stat.center:  # SUM(x - m): clamp x, keep the centring
+            value.set("this", clamp(value.this, stat.interval.lower, stat.interval.upper,
+                                      stat.nullable))
+        else:
+            total.set("this", clamp(value, stat.interval.lower, stat.interval.upper, stat.nullable))
+    return expression
+

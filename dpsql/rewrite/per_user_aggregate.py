@@ -1,0 +1,68 @@
+"""Pass: one clamped partial aggregate per (user, group), then aggregate per group.
+
+This is the contribution bound on rows (L∞): whatever number of rows a user has in a
+group, the group sees one partial per user, clamped into the range of
+:func:`dpsql.analyze.sensitivity.partial_range` — counts capped at ``max_rows``, sums
+clamped to ``max_rows`` rows' worth, and the user counted once. It is a hash
+aggregate, with no window over raw rows. Tables with ``row_privacy`` need no per-user
+step (each row is a user and its clamped value already is its partial).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.analyze import sensitivity
+from dpsql.analyze.bounds import Interval
+from dpsql.analyze.plan import Plan
+from dpsql.rewrite._sql import clamp, number
+
+UID = "__uid"
+PER_USER = "__per_user"
+
+
+def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
+    """Splits the statistics query into a per-user CTE and an outer per-group SUM.
+
+    >>> from dpsql.engine import _demo_plan
+    >>> from dpsql.rewrite.statistics_query import statistics_query
+    >>> plan = _demo_plan("SELECT COUNT(*) FROM pums_dup", max_rows=2)
+    >>> per_user_aggregate(statistics_query(plan), plan).sql()
+    'WITH __per_user AS (SELECT pid AS __uid, LEAST(COUNT(*), 2) AS __s0 FROM pums_dup GROUP BY pid) SELECT SUM(__s0) AS __s0 FROM __per_user'
+    """
+    if plan.user_key is None:
+        return expression
+    R = plan.max_rows
+    inner = exp.select(exp.alias_(exp.column(plan.user_key), UID))
+    outer = exp.select()
+    for item in expression.expressions:
+        name = item.alias_or_name
+        if name.startswith("__k"):
+            inner = inner.select(item.copy(), copy=False)
+            outer = outer.select(exp.column(name), copy=False)
+            continue
+        stat = plan.stat(name)
+        if stat.kind == "users":
+            outer = outer.select(exp.alias_(exp.Count(this=exp.Star()), name), copy=False)
+            continue
+        agg = item.this.copy()
+        if stat.kind == "count":
+            partial = exp.Least(this=agg, expressions=[number(R)], ignore_nulls=True)
+        else:
+            shifted = Interval(stat.interval.lower - stat.center,
+                               stat.interval.upper - stat.center)
+            low, high = sensitivity.partial_range("sum", shifted, R)
+            # a user whose values are all NULL adds nothing: SUM is NULL, read as 0
+            partial = clamp(exp.Coalesce(this=agg, expressions=[number(0)]), low, high)
+        inner = inner.select(exp.alias_(partial, name), copy=False)
+        outer = outer.select(exp.alias_(exp.Sum(this=exp.column(name)), name), copy=False)
+    inner.set("from_", expression.args["from_"].copy())
+    if expression.args.get("where"):
+        inner.set("where", expression.args["where"].copy())
+    group = expression.args.get("group")
+    keys = [k.copy() for k in group.expressions] if group else []
+    inner = inner.group_by(exp.column(plan.user_key), *keys, copy=False)
+    outer = outer.from_(PER_USER, copy=False).with_(PER_USER, as_=inner, copy=False)
+    if plan.keys:
+        outer = outer.group_by(*(exp.column(k.name) for k in plan.keys), copy=False)
+    return outer

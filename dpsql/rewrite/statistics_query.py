@@ -1,0 +1,45 @@
+"""The exact per-group statistics a plan needs, as one plain GROUP BY query.
+
+This is the starting point of the rewrite: what a non-private engine would compute.
+The passes in :data:`dpsql.rewrite.RULES` then make it safe to run and bound each
+user's contribution.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.analyze.plan import Plan, Statistic
+from dpsql.rewrite._sql import number
+
+
+def statistics_query(plan: Plan) -> exp.Select:
+    """Builds ``SELECT keys, statistics FROM table WHERE ... GROUP BY keys``.
+
+    >>> from dpsql.engine import _demo_plan
+    >>> statistics_query(_demo_plan("SELECT sex, AVG(age) FROM pums GROUP BY sex")).sql()
+    'SELECT sex AS __k0, SUM(age - 50) AS __s0, COUNT(*) AS __s1 FROM pums GROUP BY sex'
+    """
+    select = exp.select(*(exp.alias_(k.expr.copy(), k.name) for k in plan.keys))
+    for stat in plan.stats:
+        select = select.select(exp.alias_(_aggregate(stat, plan), stat.name), copy=False)
+    select = select.from_(exp.to_table(plan.table.name), copy=False)
+    if plan.where is not None:
+        select = select.where(plan.where.copy(), copy=False)
+    if plan.keys:
+        select = select.group_by(*(k.expr.copy() for k in plan.keys), copy=False)
+    return select
+
+
+def _aggregate(stat: Statistic, plan: Plan) -> exp.Expression:
+    if stat.kind == "users":
+        if plan.user_key is None:  # row privacy: every row is its own user
+            return exp.Count(this=exp.Star())
+        return exp.Count(this=exp.Distinct(expressions=[exp.column(plan.user_key)]))
+    if stat.kind == "count":
+        return exp.Count(this=stat.arg.copy() if stat.arg is not None else exp.Star())
+    value = stat.arg.copy()
+    if stat.center:
+        value = exp.Sub(this=value, expression=number(stat.center))
+    return exp.Sum(this=value)
+

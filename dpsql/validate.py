@@ -1,0 +1,144 @@
+"""Validate stage: fail closed on anything outside an allow-list.
+
+Only a single ``SELECT`` over one catalog table, built from the node types and functions
+listed here, gets through. Everything else is refused with an
+:class:`~dpsql.errors.UnsupportedQueryError` naming the construct; the refusal happens
+before any data is read and charges nothing.
+
+>>> from dpsql.parse import parse
+>>> validate(parse("SELECT sex, COUNT(*) FROM pums GROUP BY sex")).sql()
+'SELECT sex, COUNT(*) FROM pums GROUP BY sex'
+>>> validate(parse("SELECT * FROM read_csv('/etc/passwd')"))
+Traceback (most recent call last):
+...
+dpsql.errors.UnsupportedQueryError: table function READ_CSV is not allowed: only tables of the catalog can be read
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.errors import UnsupportedQueryError
+
+#: Aggregate functions this version answers.
+AGGREGATES: tuple[type[exp.Expression], ...] = (exp.Count, exp.Sum, exp.Avg)
+
+#: Scalar functions allowed anywhere (they cannot read outside the row they are given).
+SCALAR_FUNCTIONS: tuple[type[exp.Expression], ...] = (
+    exp.Abs, exp.Least, exp.Greatest, exp.Coalesce, exp.Case, exp.If, exp.Cast,
+    exp.TryCast, exp.Round, exp.Floor, exp.Ceil, exp.Lower, exp.Upper, exp.Length,
+    exp.Substring, exp.Year, exp.Month, exp.Day, exp.Extract, exp.Nullif, exp.DPipe,
+    exp.Concat, exp.Sign, exp.Sqrt, exp.Ln, exp.Exp,
+)
+
+#: Non-function nodes allowed anywhere.
+SYNTAX: tuple[type[exp.Expression], ...] = (
+    exp.Select, exp.From, exp.Table, exp.TableAlias, exp.Identifier, exp.Column,
+    exp.Alias, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
+    exp.Offset, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.Neg, exp.Not,
+    exp.And, exp.Or, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.In,
+    exp.Between, exp.Like, exp.ILike, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv,
+    exp.Mod, exp.DataType, exp.DataTypeParam, exp.Star, exp.Distinct, exp.Var,
+    exp.NullSafeEQ, exp.NullSafeNEQ, exp.Xor,
+)
+
+_ALLOWED = AGGREGATES + SCALAR_FUNCTIONS + SYNTAX
+
+#: Ceiling on the number of nodes of one query (deeply nested or huge inputs).
+MAX_NODES = 5_000
+#: Ceiling on the depth of one query's expression tree.
+MAX_DEPTH = 100
+
+
+def validate(expression: exp.Expression) -> exp.Expression:
+    """Returns ``expression`` unchanged if every node is allowed; raises otherwise.
+
+    Raises:
+        UnsupportedQueryError: names the first construct outside the allow-list.
+    """
+    if not isinstance(expression, exp.Select):
+        raise UnsupportedQueryError(
+            f"{_describe(expression)} is not allowed: only a single SELECT can be answered"
+        )
+    for table in expression.find_all(exp.Table):
+        _check_table(table)
+    count = 0
+    for node in expression.walk():
+        count += 1
+        if count > MAX_NODES:
+            raise UnsupportedQueryError(f"query has more than {MAX_NODES} syntax nodes")
+        if node.depth > MAX_DEPTH:
+            raise UnsupportedQueryError(f"query is nested deeper than {MAX_DEPTH} levels")
+        _check_node(node, expression)
+    return expression
+
+
+def _check_table(node: exp.Table) -> None:
+    if not isinstance(node.this, exp.Identifier):
+        inner = node.this
+        name = inner.sql_name() if isinstance(inner, exp.Func) else type(inner).__name__.upper()
+        raise UnsupportedQueryError(
+            f"table function {name} is not allowed: only tables of the catalog can be read"
+        )
+    if node.args.get("db") or node.args.get("catalog"):
+        raise UnsupportedQueryError(
+            f"qualified table name {node.sql()!r} is not allowed: name a catalog table"
+        )
+
+
+def _check_node(node: exp.Expression, root: exp.Select) -> None:
+    if isinstance(node, exp.Select) and node is not root:
+        raise UnsupportedQueryError("subqueries are not supported yet: query one table directly")
+    if not isinstance(node, _ALLOWED):
+        raise UnsupportedQueryError(f"{_describe(node)} is not supported")
+    if isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count):
+        raise UnsupportedQueryError(
+            "SELECT * would release raw rows: select aggregates such as COUNT(*)"
+        )
+    if isinstance(node, exp.Distinct) and not isinstance(node.parent, exp.Count):
+        raise UnsupportedQueryError(
+            "SELECT DISTINCT would release raw values: use GROUP BY with an aggregate"
+        )
+    if isinstance(node, exp.Var) and not isinstance(node.parent, exp.Extract):
+        raise UnsupportedQueryError(f"bare keyword {node.name!r} is not supported")
+    if isinstance(node, exp.Select):
+        for key in ("joins", "laterals", "with_", "windows", "qualify", "distinct",
+                    "sample", "into", "locks", "kind", "settings"):
+            if node.args.get(key):
+                raise UnsupportedQueryError(_SELECT_PARTS.get(key, f"{key.upper()} is not supported"))
+        if not node.args.get("from_"):
+            raise UnsupportedQueryError("a SELECT without FROM reads no table; name a catalog table")
+
+
+_SELECT_PARTS = {
+    "joins": "JOIN (and comma-separated tables) is not supported yet: query one table",
+    "with_": "WITH (common table expressions) is not supported yet: query one table",
+    "distinct": "SELECT DISTINCT would release raw values: use GROUP BY with an aggregate",
+    "windows": "window functions are not allowed over private rows",
+    "qualify": "QUALIFY is not supported",
+    "sample": "SAMPLE/TABLESAMPLE is not allowed in a private query",
+    "into": "SELECT INTO writes data and is not allowed",
+    "laterals": "LATERAL is not supported",
+}
+
+
+def _describe(node: exp.Expression) -> str:
+    """Names a construct for an error message without echoing long user input."""
+    if isinstance(node, exp.Anonymous):
+        return f"function {str(node.this).upper()}()"
+    if isinstance(node, exp.Func) and not isinstance(node, exp.Table):
+        name = node.sql_name() if hasattr(node, "sql_name") else node.key
+        return f"function {name}()" if isinstance(node, exp.Func) else name
+    if isinstance(node, exp.Window):
+        return "window function (OVER)"
+    if isinstance(node, exp.Command):
+        return f"{str(node.this).upper()} statement"
+    name = type(node).__name__
+    return {
+        "Union": "UNION", "Intersect": "INTERSECT", "Except": "EXCEPT",
+        "Insert": "INSERT statement", "Update": "UPDATE statement",
+        "Delete": "DELETE statement", "Create": "CREATE statement",
+        "Drop": "DROP statement", "Attach": "ATTACH statement",
+        "Pragma": "PRAGMA statement", "Set": "SET statement", "Copy": "COPY statement",
+        "Subquery": "subquery", "Placeholder": "query parameter",
+    }.get(name, name.upper())
