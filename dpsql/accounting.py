@@ -12,7 +12,7 @@ backend reads any data, under a lock, so concurrent queries cannot overspend.
 >>> b.charge((0.1, 0.0))
 Traceback (most recent call last):
 ...
-dpsql.errors.BudgetExhaustedError: query needs epsilon=0.1, delta=0 but only epsilon=0, delta=0 remain (total epsilon=1, delta=1e-06)
+dpsql.errors.BudgetExhaustedError: query needs epsilon=0.1, delta=0 but only epsilon=0, ...
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ before any data is read and charges nothing.
 >>> validate(parse("SELECT * FROM read_csv('/etc/passwd')"))
 Traceback (most recent call last):
 ...
-dpsql.errors.UnsupportedQueryError: table function READ_CSV is not allowed: only tables of the catalog can be read
+dpsql.errors.UnsupportedQueryError: table function READ_CSV is not allowed: ...
 """
 
 from __future__ import annotations
@@ -62,9 +62,7 @@ def validate(expression: exp.Expression) -> exp.Expression:
         )
     for table in expression.find_all(exp.Table):
         _check_table(table)
-    count = 0
-    for node in expression.walk():
-        count += 1
+    for count, node in enumerate(expression.walk(), start=1):
         if count > MAX_NODES:
             raise UnsupportedQueryError(f"query has more than {MAX_NODES} syntax nodes")
         if node.depth > MAX_DEPTH:
@@ -105,9 +103,10 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
         for key in ("joins", "laterals", "with_", "windows", "qualify", "distinct",
                     "sample", "into", "locks", "kind", "settings"):
             if node.args.get(key):
-                raise UnsupportedQueryError(_SELECT_PARTS.get(key, f"{key.upper()} is not supported"))
+                message = _SELECT_PARTS.get(key, f"{key.upper()} is not supported")
+                raise UnsupportedQueryError(message)
         if not node.args.get("from_"):
-            raise UnsupportedQueryError("a SELECT without FROM reads no table; name a catalog table")
+            raise UnsupportedQueryError("SELECT without FROM reads no table; name a catalog table")
 
 
 _SELECT_PARTS = {

@@ -78,6 +78,14 @@ def analyze(
         # each row is its own user: it touches one group and adds one row to it
         G, R = 1, 1
 
+    limit = select.args.get("limit")
+    offset = select.args.get("offset")
+    for clause, name in ((limit, "LIMIT"), (offset, "OFFSET")):
+        if clause is not None and not (
+            isinstance(clause.expression, exp.Literal) and clause.expression.is_int
+        ):
+            raise UnsupportedQueryError(f"{name} must be a whole number literal")
+
     out_names = [_output_name(e) for e in select.expressions]
     select = _qualify(select, table, alias, set(out_names))
     a = _Analysis(table, R)
@@ -105,13 +113,6 @@ def analyze(
             if isinstance(ordered.this, exp.Literal) and not ordered.this.is_string:
                 continue
             ordered.set("this", a.post_expr(ordered.this, keys, "ORDER BY", by_alias))
-    limit = select.args.get("limit")
-    offset = select.args.get("offset")
-    for clause, name in ((limit, "LIMIT"), (offset, "OFFSET")):
-        if clause is not None and not (
-            isinstance(clause.expression, exp.Literal) and clause.expression.is_int
-        ):
-            raise UnsupportedQueryError(f"{name} must be a whole number literal")
 
     public = all(k.domain is not None for k in keys)
     domain_size = math.prod(len(k.domain) for k in keys if k.domain is not None)

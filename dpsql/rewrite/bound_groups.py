@@ -32,7 +32,7 @@ def bound_groups(expression: exp.Select, plan: Plan) -> exp.Select:
       FROM (
         SELECT
           *,
-          ROW_NUMBER() OVER (PARTITION BY __uid ORDER BY HASH(__uid, __k0, 7)) AS __rank
+          ROW_NUMBER() OVER (PARTITION BY __uid ORDER BY HASH(__uid, __k0, 7)...) AS __rank
         FROM __per_user
       ) AS __ranked
       WHERE

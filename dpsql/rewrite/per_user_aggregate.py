@@ -27,8 +27,18 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
     >>> from dpsql.engine import _demo_plan
     >>> from dpsql.rewrite.statistics_query import statistics_query
     >>> plan = _demo_plan("SELECT COUNT(*) FROM pums_dup", max_rows=2)
-    >>> per_user_aggregate(statistics_query(plan), plan).sql()
-    'WITH __per_user AS (SELECT pid AS __uid, LEAST(COUNT(*), 2) AS __s0 FROM pums_dup GROUP BY pid) SELECT SUM(__s0) AS __s0 FROM __per_user'
+    >>> print(per_user_aggregate(statistics_query(plan), plan).sql(pretty=True))
+    WITH __per_user AS (
+      SELECT
+        pid AS __uid,
+        LEAST(COUNT(*), 2) AS __s0
+      FROM pums_dup
+      GROUP BY
+        pid
+    )
+    SELECT
+      SUM(__s0) AS __s0
+    FROM __per_user
     """
     if plan.user_key is None:
         return expression

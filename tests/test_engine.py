@@ -1,0 +1,264 @@
+"""End to end through the public API on DuckDB."""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+import pandas as pd
+import pytest
+
+import dpsql
+from dpsql.datasets import catalog_path, load_pums
+
+QUERY = "SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM pums GROUP BY sex"
+
+
+def test_issue_example(pums_file):
+    conn = dpsql.connect(str(pums_file), catalog=str(catalog_path("pums")),
+                         budget=(10.0, 1e-5))
+    res = conn.execute(QUERY, epsilon=1.0, delta=1e-6)
+    assert res.columns == ["sex", "n", "avg_income"]
+    assert [r[0] for r in res.rows] == [0, 1]
+    assert all(isinstance(r, tuple) and len(r) == 3 for r in res.rows)
+    assert isinstance(res.df, pd.DataFrame)
+    assert list(res.df.columns) == res.columns
+    assert len(res.accuracy) == len(res.rows)
+    for acc in res.accuracy:
+        assert acc[0] is None
+        assert acc[1] > 0 and acc[2] > 0
+    # public keys: no partition selection, so no delta is spent
+    assert res.cost == (1.0, 0.0)
+    assert "__per_user" in res.sql and "LEAST(GREATEST(income, 0), 500000)" in res.sql
+    assert conn.budget.spent == (1.0, 0.0)
+    assert conn.budget.remaining == (9.0, 1e-5)
+    conn.close()
+
+
+def test_accepts_memory_and_open_connection():
+    db = duckdb.connect()
+    load_pums(db)
+    conn = dpsql.connect(db, catalog=catalog_path("pums"), budget=(1.0, 0.0))
+    assert len(conn.execute("SELECT COUNT(*) FROM pums", epsilon=0.5).rows) == 1
+    empty = dpsql.connect(":memory:", catalog=catalog_path("pums"), budget=(1.0, 0.0))
+    with pytest.raises(dpsql.UnknownTableError, match="not in the database"):
+        empty.execute("SELECT COUNT(*) FROM pums", epsilon=0.5)
+    assert empty.budget.spent == (0.0, 0.0)
+
+
+def test_answers_are_close_to_the_truth(connect, pums_db):
+    conn = connect()
+    res = conn.execute(QUERY, epsilon=50.0)
+    truth = dict(((s, (n, a)) for s, n, a in pums_db.execute(
+        "SELECT sex, COUNT(*), AVG(income) FROM pums GROUP BY sex").fetchall()))
+    for (sex, n, avg), (_, hn, ha) in zip(res.rows, res.accuracy, strict=True):
+        assert abs(n - truth[sex][0]) <= hn
+        assert abs(avg - truth[sex][1]) <= ha
+
+
+def test_explain_spends_nothing(connect):
+    conn = connect(budget=(1.0, 1e-6))
+    ex = conn.explain("SELECT age, COUNT(*), SUM(income) FROM pums GROUP BY age",
+                      epsilon=1.0, delta=1e-6)
+    assert conn.budget.spent == (0.0, 0.0)
+    assert ex.cost == (1.0, 1e-6)
+    names = [s["name"] for s in ex.statistics]
+    assert names == ["__s0", "__s1", "__users"]
+    # a third of epsilon each: two statistics and the partition selection
+    assert all(math.isclose(s["epsilon"], 1 / 3) for s in ex.statistics)
+    count = ex.statistics[0]
+    assert count["linf"] == 1 and count["scale"] == 3.0
+    assert count["half_width"] == 9  # P(|Z| > 9) <= 5% for discrete Laplace(3)
+    assert ex.partition_selection["threshold"] == 41
+    assert "__bounded" in ex.sql
+    assert "Rewritten SQL" in str(ex)
+
+
+def test_budget_split_across_statistics(connect):
+    conn = connect()
+    ex = conn.explain("SELECT COUNT(*), SUM(age), AVG(age), AVG(income) FROM pums",
+                      epsilon=0.8)
+    # COUNT(*) is shared by both AVGs; SUM(age) differs from the centred SUM(age - 50)
+    assert [s["statistic"] for s in ex.statistics] == [
+        "COUNT(*)", "SUM(age)", "SUM(age - 50)", "SUM(income - 250000)"]
+    assert math.isclose(sum(s["epsilon"] for s in ex.statistics), 0.8)
+    res = conn.execute("SELECT COUNT(*), SUM(age), AVG(age), AVG(income) FROM pums",
+                       epsilon=0.8)
+    assert res.cost == (0.8, 0.0)
+    assert conn.budget.spent == (0.8, 0.0)
+
+
+def test_public_domain_releases_every_key_even_empty(connect):
+    conn = connect()
+    res = conn.execute("SELECT race, COUNT(*) AS n FROM pums WHERE race = 1 GROUP BY race",
+                       epsilon=1.0)
+    assert [r[0] for r in res.rows] == [1, 2, 3, 4, 5, 6]
+    res = conn.execute("SELECT sex, married, COUNT(*) FROM pums GROUP BY sex, married "
+                       "ORDER BY sex, married", epsilon=1.0)
+    assert [r[:2] for r in res.rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_partition_selection_needs_delta(connect):
+    conn = connect()
+    with pytest.raises(dpsql.PrivacyParameterError, match="needs delta > 0"):
+        conn.execute("SELECT age, COUNT(*) FROM pums GROUP BY age", epsilon=1.0)
+    assert conn.budget.spent == (0.0, 0.0)
+
+
+def test_rare_keys_are_not_released(tmp_path):
+    # 50 users share key 'common'; each of 50 other users has a key of their own.
+    path = tmp_path / "rare.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE t AS SELECT i AS uid, CASE WHEN i < 50 THEN 'common' "
+                "ELSE 'k' || i END AS k FROM range(100) r(i)")
+    con.close()
+    catalog = {"tables": {"t": {"user_key": "uid", "columns": {
+        "uid": {"type": "int"}, "k": {"type": "string"}}}}}
+    conn = dpsql.connect(path, catalog=catalog, budget=(100.0, 1e-2))
+    for _ in range(20):
+        res = conn.execute("SELECT k, COUNT(*) FROM t GROUP BY k", epsilon=2.0, delta=1e-5)
+        assert [r[0] for r in res.rows] in ([], ["common"])
+    assert conn.budget.spent[1] == pytest.approx(20 * 1e-5)
+
+
+def test_having_order_limit_offset_are_post_processing(connect):
+    conn = connect()
+    res = conn.execute(
+        "SELECT educ, COUNT(*) AS n FROM pums GROUP BY educ HAVING n > 50 "
+        "ORDER BY n DESC LIMIT 3 OFFSET 1", epsilon=20.0)
+    counts = [r[1] for r in res.rows]
+    assert counts == sorted(counts, reverse=True)
+    assert len(res.rows) <= 3 and all(n > 50 for n in counts)
+    res = conn.execute("SELECT educ, COUNT(*) FROM pums GROUP BY 1 ORDER BY 2, 1 LIMIT 2",
+                       epsilon=1.0)
+    assert len(res.rows) == 2
+
+
+def test_expressions_and_aliases(connect, pums_db):
+    conn = connect(budget=(1e4, 0.0))
+    res = conn.execute(
+        "SELECT p.sex AS s, SUM(CASE WHEN p.income > 50000 THEN 1 ELSE 0 END) AS rich, "
+        "SUM(income) / COUNT(*) AS mean_income, COUNT(*) * 2 AS twice "
+        "FROM pums AS p WHERE age BETWEEN 20 AND 60 GROUP BY s ORDER BY s", epsilon=1e3)
+    truth = pums_db.execute(
+        "SELECT sex, SUM(CASE WHEN income > 50000 THEN 1 ELSE 0 END), SUM(income)/COUNT(*), "
+        "COUNT(*) * 2 FROM pums WHERE age BETWEEN 20 AND 60 GROUP BY sex ORDER BY sex"
+    ).fetchall()
+    assert res.columns == ["s", "rich", "mean_income", "twice"]
+    for row, acc, exact in zip(res.rows, res.accuracy, truth, strict=True):
+        assert row[0] == exact[0] and acc[0] is None
+        for value, width, want in zip(row[1:], acc[1:], exact[1:], strict=True):
+            assert abs(value - want) <= width + 1e-9
+
+
+def test_group_by_expression_with_partition_selection(connect, pums_db):
+    conn = connect()
+    res = conn.execute("SELECT age // 10 AS decade, COUNT(*) AS n FROM pums GROUP BY decade "
+                       "ORDER BY decade", epsilon=10.0, delta=1e-6)
+    truth = dict(pums_db.execute("SELECT age // 10, COUNT(*) FROM pums GROUP BY 1").fetchall())
+    assert res.rows, "decades with about 100 people each must pass selection at epsilon=10"
+    for decade, n in res.rows:
+        assert decade in truth and abs(n - truth[decade]) < 10
+
+
+@pytest.mark.parametrize(
+    ("sql", "error", "message"),
+    [
+        ("SELECT * FROM pums", dpsql.UnsupportedQueryError, "SELECT *"),
+        ("SELECT age FROM pums", dpsql.UnsupportedQueryError, "must appear in GROUP BY"),
+        ("SELECT age, COUNT(*) FROM pums", dpsql.UnsupportedQueryError, "GROUP BY"),
+        ("SELECT COUNT(*) FROM nosuch", dpsql.UnknownTableError, "unknown table 'nosuch'"),
+        ("SELECT SUM(nosuch) FROM pums", dpsql.UnknownColumnError, "unknown column 'nosuch'"),
+        ("SELECT SUM(pid) FROM pums", dpsql.UnboundedExpressionError,
+         "column 'pid' has no lower/upper bounds"),
+        ("SELECT SUM(income / age) FROM pums", dpsql.UnboundedExpressionError, "include 0"),
+        ("SELECT COUNT(DISTINCT age) FROM pums", dpsql.UnsupportedQueryError,
+         "only over the user key"),
+        ("SELECT MAX(age) FROM pums", dpsql.UnsupportedQueryError, "MAX"),
+        ("SELECT COUNT(*) FROM pums a JOIN pums b ON a.pid = b.pid",
+         dpsql.UnsupportedQueryError, "JOIN"),
+        ("SELECT COUNT(*) FROM pums WHERE COUNT(*) > 1", dpsql.UnsupportedQueryError, "WHERE"),
+        ("SELECT COUNT(*) FROM pums; DROP TABLE pums", dpsql.UnsupportedQueryError,
+         "several statements"),
+        ("DELETE FROM pums", dpsql.UnsupportedQueryError, "DELETE"),
+        ("SELECT COUNT(*) FROM read_csv('/etc/passwd')", dpsql.UnsupportedQueryError,
+         "table function"),
+        ("SELEC COUNT(*) FROM pums", dpsql.ParseError, "line 1"),
+        ("SELECT COUNT(*) FROM pums LIMIT n", dpsql.UnsupportedQueryError, "LIMIT"),
+        ("SELECT SUM(DISTINCT age) FROM pums", dpsql.UnsupportedQueryError, "DISTINCT"),
+    ],
+)
+def test_refusals_name_the_problem_and_charge_nothing(connect, sql, error, message):
+    conn = connect(budget=(1.0, 1e-6))
+    with pytest.raises(error) as info:
+        conn.execute(sql, epsilon=0.5, delta=1e-7)
+    assert message in str(info.value)
+    assert isinstance(info.value, dpsql.DpsqlError)
+    assert conn.budget.spent == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"epsilon": 0}, "epsilon must be a positive"),
+        ({"epsilon": -1.0}, "epsilon must be a positive"),
+        ({"epsilon": float("nan")}, "epsilon must be a positive"),
+        ({"epsilon": float("inf")}, "epsilon must be a positive"),
+        ({"epsilon": "1"}, "epsilon must be a number"),
+        ({"epsilon": 1.0, "delta": 1.0}, "delta must be in [0, 1)"),
+        ({"epsilon": 1.0, "delta": -0.1}, "delta must be in [0, 1)"),
+        ({"epsilon": 1.0, "max_rows": 0}, "max_rows must be a positive integer"),
+        ({"epsilon": 1.0, "max_groups": 1.5}, "max_groups must be a positive integer"),
+    ],
+)
+def test_bad_privacy_parameters(connect, kwargs, message):
+    conn = connect(budget=(1.0, 1e-6))
+    with pytest.raises(dpsql.PrivacyParameterError) as info:
+        conn.execute("SELECT COUNT(*) FROM pums", **kwargs)
+    assert message in str(info.value)
+    assert conn.budget.spent == (0.0, 0.0)
+
+
+def test_budget_overrun_is_refused_before_reading(connect):
+    conn = connect(budget=(1.0, 1e-6))
+    conn.execute("SELECT COUNT(*) FROM pums", epsilon=0.75)
+    with pytest.raises(dpsql.BudgetExhaustedError, match="only epsilon=0.25"):
+        conn.execute("SELECT COUNT(*) FROM pums", epsilon=0.5)
+    assert conn.budget.spent == (0.75, 0.0)
+    with pytest.raises(dpsql.BudgetExhaustedError):
+        conn.execute("SELECT age, COUNT(*) FROM pums GROUP BY age", epsilon=0.1, delta=1e-5)
+    conn.execute("SELECT COUNT(*) FROM pums", epsilon=0.25)
+    assert conn.budget.remaining == (0.0, 1e-6)
+
+
+def test_connection_errors(pums_file, tmp_path):
+    with pytest.raises(dpsql.PrivacyParameterError, match="no privacy budget"):
+        dpsql.connect(pums_file, catalog=catalog_path("pums"))
+    with pytest.raises(dpsql.BackendError, match="does not exist"):
+        dpsql.connect(tmp_path / "missing.duckdb", catalog=catalog_path("pums"), budget=(1, 0))
+    with pytest.raises(dpsql.CatalogError):
+        dpsql.connect(pums_file, catalog={"tables": {}}, budget=(1, 0))
+    conn = dpsql.connect(pums_file, catalog=catalog_path("pums"), budget=(1, 0))
+    conn.close()
+    with pytest.raises(dpsql.DpsqlError, match="closed"):
+        conn.execute("SELECT COUNT(*) FROM pums", epsilon=0.1)
+
+
+def test_catalog_type_mismatch_is_refused_before_charging(pums_file):
+    catalog = {"tables": {"pums": {"user_key": "pid", "columns": {
+        "pid": "int", "income": {"type": "int", "lower": 0, "upper": 10}}}}}
+    conn = dpsql.connect(pums_file, catalog=catalog, budget=(1, 0))
+    with pytest.raises(dpsql.CatalogError, match="catalog says int but the database"):
+        conn.execute("SELECT SUM(income) FROM pums", epsilon=0.5)
+    assert conn.budget.spent == (0.0, 0.0)
+
+
+def test_database_is_opened_read_only_without_external_access(pums_file):
+    conn = dpsql.connect(pums_file, catalog=catalog_path("pums"), budget=(1, 0))
+    con = conn._backend._con
+    with pytest.raises(duckdb.Error):
+        con.execute("CREATE TABLE x (a INT)")
+    with pytest.raises(duckdb.Error):
+        con.execute("SELECT * FROM read_csv('/etc/hostname')")
+    with pytest.raises(duckdb.Error):
+        con.execute("SET enable_external_access = true")
