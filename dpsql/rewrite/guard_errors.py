@@ -26,7 +26,9 @@ def guard_errors(expression: exp.Expression, plan: Plan) -> exp.Expression:
             return exp.TryCast(this=node.this, to=node.to)
         if isinstance(node, exp.Div | exp.IntDiv | exp.Mod):
             divisor = node.expression
-            if not (isinstance(divisor, exp.Nullif)):
+            nonzero_literal = (isinstance(divisor, exp.Literal) and not divisor.is_string
+                               and float(divisor.this) != 0)
+            if not (isinstance(divisor, exp.Nullif) or nonzero_literal):
                 node.set("expression", exp.Nullif(this=divisor, expression=exp.Literal.number(0)))
         return node
 

@@ -1,0 +1,82 @@
+"""Contribution bounding: one extreme user moves exact statistics by at most the bounds.
+
+D is the bundled pums_dup table; D' adds one user with 1,000 rows spread over 50
+ages, with values far outside the catalog's bounds. The rewritten SQL runs on both
+(no noise) and the difference is compared with the sensitivity the plan claims.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from dpsql.backends import DuckDBBackend
+from dpsql.datasets import load_pums
+from dpsql.engine import _demo_plan
+from dpsql.rewrite import rewrite
+
+ATTACKER = 10_000_000
+
+
+@pytest.fixture(scope="module")
+def neighbours(tmp_path_factory):
+    base = tmp_path_factory.mktemp("neighbours")
+    d, d2 = base / "d.duckdb", base / "d2.duckdb"
+    for path in (d, d2):
+        load_pums(path)
+    con = duckdb.connect(str(d2))
+    con.execute(
+        "INSERT INTO pums_dup SELECT 20 + i % 50 AS age, i % 2 AS sex, 1 + i % 16 AS educ, "
+        f"1 + i % 6 AS race, 1e12 AS income, i % 2 AS married, {ATTACKER} AS pid "
+        "FROM range(1000) r(i)"
+    )
+    con.close()
+    backends = DuckDBBackend(d), DuckDBBackend(d2)
+    yield backends
+    for b in backends:
+        b.close()
+
+
+def exact(backend, plan):
+    columns, rows = backend.execute(rewrite(plan))
+    nk = len(plan.keys)
+    return {tuple(r[:nk]): dict(zip(columns[nk:], r[nk:], strict=True)) for r in rows}
+
+
+@pytest.mark.parametrize(("max_rows", "max_groups"), [(1, 1), (3, 1), (2, 4)])
+@pytest.mark.parametrize("group_by", ["", "age", "educ"])
+def test_one_user_moves_each_statistic_by_at_most_its_bound(neighbours, max_rows, max_groups,
+                                                            group_by):
+    select = f"{group_by}, " if group_by else ""
+    tail = f" GROUP BY {group_by}" if group_by else ""
+    sql = (f"SELECT {select}COUNT(*), SUM(income), AVG(age), COUNT(DISTINCT pid) "
+           f"FROM pums_dup{tail}")
+    plan = _demo_plan(sql, max_rows=max_rows, max_groups=max_groups, seed=3)
+    before, after = (exact(b, plan) for b in neighbours)
+    G = plan.max_groups
+    changed = [k for k in set(before) | set(after) if before.get(k) != after.get(k)]
+    assert 0 < len(changed) <= G
+    for stat in plan.stats:
+        diffs = [abs(float(after.get(k, {}).get(stat.name) or 0)
+                     - float(before.get(k, {}).get(stat.name) or 0)) for k in changed]
+        assert max(diffs) <= stat.linf + 1e-6, stat.label
+        assert sum(diffs) <= G * stat.linf + 1e-6, stat.label
+    # the attacker's 1,000 rows do reach the bound: the test would notice no bounding
+    count = plan.stats[0]
+    assert count.label == "COUNT(*)"
+    assert max(abs((after.get(k) or {}).get("__s0", 0) - (before.get(k) or {}).get("__s0", 0))
+               for k in changed) == max_rows
+
+
+def test_without_bounding_the_same_check_fails(neighbours):
+    """The unbounded statistics query (no rewrite passes) breaks the claimed bound."""
+    from dpsql.rewrite import statistics_query
+
+    plan = _demo_plan("SELECT age, COUNT(*) FROM pums_dup GROUP BY age", max_rows=1)
+    cols = []
+    for backend in neighbours:
+        columns, rows = backend.execute(statistics_query(plan))
+        cols.append({r[0]: r[1] for r in rows})
+    before, after = cols
+    worst = max(abs(after.get(k, 0) - before.get(k, 0)) for k in set(before) | set(after))
+    assert worst > plan.stat("__s0").linf

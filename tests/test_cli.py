@@ -1,0 +1,61 @@
+"""The command line through its real entry point."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from dpsql.datasets import catalog_path
+
+
+def run(*args, check=True):
+    exe = shutil.which("dpsql")
+    cmd = [exe, *args] if exe else [sys.executable, "-m", "dpsql.cli", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_demo_prints_answers_budget_and_sql(tmp_path):
+    out = run("demo", "--save", str(tmp_path / "demo.duckdb")).stdout
+    assert "avg_income" in out and " ± " in out
+    assert "spent     epsilon=" in out and "remaining epsilon=" in out
+    assert "WITH __per_user AS (" in out
+    assert (tmp_path / "demo.duckdb").exists()
+
+
+def test_explain_and_errors(tmp_path):
+    db = tmp_path / "demo.duckdb"
+    run("demo", "--save", str(db))
+    out = run("explain", "SELECT COUNT(*) FROM pums", "-d", str(db),
+              "-c", str(catalog_path("pums")), "-e", "1").stdout
+    assert "discrete Laplace" in out and "Cost: epsilon=1" in out
+    bad = run("explain", "SELECT * FROM pums", "-d", str(db), "-c",
+              str(catalog_path("pums")), "-e", "1", check=False)
+    assert bad.returncode == 1 and "UnsupportedQueryError" in bad.stderr
+    usage = run("explain", check=False)
+    assert usage.returncode == 2
+
+
+@pytest.mark.parametrize("name", ["pums", "pums_dup"])
+def test_catalog_validate(name):
+    out = run("catalog", "validate", str(catalog_path(name))).stdout
+    assert "OK" in out and "user key pid" in out
+
+
+def test_catalog_validate_names_the_mistake(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("tables:\n  t:\n    user_key: id\n    columns:\n      x: {type: int}\n")
+    proc = run("catalog", "validate", str(path), check=False)
+    assert proc.returncode == 1
+    assert "user_key 'id' is not one of its columns" in proc.stderr
+
+
+def test_help_lists_commands():
+    out = run("--help").stdout
+    for command in ("demo", "explain", "catalog"):
+        assert command in out

@@ -1,0 +1,115 @@
+"""Golden rewrite fixtures, checked for text and for meaning in one test.
+
+``tests/fixtures/<pass>.sql`` holds cases: an analyst query, then the SQL after every
+pass up to and including ``<pass>`` (``statistics_query.sql``: the plain statistics
+query). Options such as ``# max_rows: 4`` precede a case. For each case the test
+checks the text, then runs the plain statistics query and the rewritten one on the
+PUMS data (which satisfy the catalog's bounds at these options) and requires equal
+exact statistics: bounding must change nothing on data that are already in bounds.
+
+A new case is written as its query followed by ``TODO;``; regenerate after an
+intended change (or to fill TODOs) with ``DPSQL_REGEN_FIXTURES=1 pytest
+tests/test_rewrite_fixtures.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from dpsql.engine import _demo_plan
+from dpsql.rewrite import RULES, statistics_query
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PASSES = {"statistics_query": 0, **{rule.__name__: i + 1 for i, rule in enumerate(RULES)}}
+OPTION = re.compile(r"#\s*(max_rows|max_groups)\s*:\s*(\d+)\s*$")
+REGEN = os.environ.get("DPSQL_REGEN_FIXTURES") == "1"
+
+
+def read_cases(path: Path) -> list[dict]:
+    """Parses a fixture file into cases {options, sql, expected, header}."""
+    cases, options, header, buf, statements = [], {}, [], [], []
+    for line in path.read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            match = OPTION.match(stripped)
+            if match:
+                options[match.group(1)] = int(match.group(2))
+            elif not cases and not statements:
+                header.append(line)
+            continue
+        if not stripped:
+            continue
+        buf.append(stripped)
+        if stripped.endswith(";"):
+            statements.append(" ".join(buf)[:-1])
+            buf = []
+            if len(statements) == 1:
+                cases.append({"options": options, "sql": statements[0], "expected": None})
+                options = {}
+            if len(statements) == 2:
+                cases[-1]["expected"] = statements[1]
+                statements = []
+    for case in cases:
+        case["header"] = header
+    return cases
+
+
+def write_cases(path: Path, cases: list[dict]) -> None:
+    lines = [*cases[0]["header"], ""] if cases and cases[0]["header"] else []
+    for case in cases:
+        lines += [f"# {k}: {v}" for k, v in case["options"].items()]
+        lines += [case["sql"] + ";", case["expected"] + ";", ""]
+    path.write_text("\n".join(lines))
+
+
+def rewritten(sql: str, upto: int, options: dict):
+    plan = _demo_plan(sql, seed=0, **options)
+    expression = statistics_query(plan)
+    for rule in RULES[:upto]:
+        expression = rule(expression, plan)
+    return plan, expression
+
+
+def all_cases():
+    for path in sorted(FIXTURES.glob("*.sql")):
+        assert path.stem in PASSES, f"fixture {path.name} names no rewrite pass"
+        for i, case in enumerate(read_cases(path)):
+            yield pytest.param(path, i, case, id=f"{path.stem}-{i}")
+
+
+def _rows(con, expression):
+    rows = con.execute(expression.sql(dialect="duckdb")).fetchall()
+    return sorted(rows, key=repr)
+
+
+@pytest.mark.parametrize(("path", "index", "case"), list(all_cases()))
+def test_fixture(path, index, case, pums_db):
+    plan, expression = rewritten(case["sql"], PASSES[path.stem], case["options"])
+    got = expression.sql(dialect="duckdb")
+    if REGEN:
+        cases = read_cases(path)
+        cases[index]["expected"] = got
+        write_cases(path, cases)
+    else:
+        assert case["expected"] not in (None, "TODO"), f"{path.name}: case {index} unfilled"
+        assert got == case["expected"]
+
+    # Meaning: on in-bounds data the rewrite leaves every exact statistic unchanged.
+    plain = _rows(pums_db, statistics_query(plan))
+    private = _rows(pums_db, expression)
+    assert len(plain) == len(private)
+    for a, b in zip(plain, private, strict=True):
+        for x, y in zip(a, b, strict=True):
+            if isinstance(x, int | float) and isinstance(y, int | float):
+                assert math.isclose(float(x), float(y), rel_tol=1e-9, abs_tol=1e-6)
+            else:
+                assert x == y
+
+
+def test_every_pass_has_fixtures():
+    assert {p.stem for p in FIXTURES.glob("*.sql")} == set(PASSES)
