@@ -263,3 +263,27 @@ def test_database_is_opened_read_only_without_external_access(pums_file):
         con.execute("SELECT * FROM read_csv('/etc/hostname')")
     with pytest.raises(duckdb.Error):
         con.execute("SET enable_external_access = true")
+
+
+def test_row_privacy_and_nullable_columns(tmp_path):
+    path = tmp_path / "rows.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE t AS SELECT i % 3 AS g, CASE WHEN i % 4 = 0 THEN NULL "
+                "ELSE i % 10 END AS x FROM range(3000) r(i)")
+    truth = dict((g, (n, nx, s, a)) for g, n, nx, s, a in con.execute(
+        "SELECT g, COUNT(*), COUNT(x), SUM(x), AVG(x) FROM t GROUP BY g").fetchall())
+    con.close()
+    catalog = {"tables": {"t": {"row_privacy": True, "columns": {
+        "g": {"type": "int", "values": [0, 1, 2]},
+        "x": {"type": "int", "lower": 0, "upper": 9, "nullable": True}}}}}
+    conn = dpsql.connect(path, catalog=catalog, budget=(1e4, 0), alpha=1e-9)
+    ex = conn.explain("SELECT g, COUNT(*), COUNT(x), SUM(x), AVG(x) FROM t GROUP BY g",
+                      epsilon=1.0)
+    assert "__per_user" not in ex.sql and "__bounded" not in ex.sql
+    assert [s["linf"] for s in ex.statistics] == [1, 1, 9, 5]
+    assert "CASE WHEN x IS NULL THEN NULL" in ex.sql  # NULLs stay out of AVG's sum
+    res = conn.execute("SELECT g, COUNT(*), COUNT(x), SUM(x), AVG(x) FROM t GROUP BY g",
+                       epsilon=1e3)
+    for row, acc in zip(res.rows, res.accuracy, strict=True):
+        for value, width, want in zip(row[1:], acc[1:], truth[row[0]], strict=True):
+            assert abs(value - float(want)) <= width + 1e-9
