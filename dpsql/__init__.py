@@ -13,6 +13,7 @@ from dpsql.errors import (
     BudgetExhaustedError,
     CatalogError,
     DpsqlError,
+    LedgerError,
     ParseError,
     PrivacyParameterError,
     UnboundedExpressionError,
@@ -20,6 +21,7 @@ from dpsql.errors import (
     UnknownTableError,
     UnsupportedQueryError,
 )
+from dpsql.ledger import Ledger
 from dpsql.result import Explanation, Result
 
 __version__ = "0.1.0"
@@ -32,6 +34,8 @@ __all__ = [
     "CatalogError",
     "Connection",
     "DpsqlError",
+    "LedgerError",
+    "Ledger",
     "Explanation",
     "ParseError",
     "PrivacyParameterError",

@@ -117,6 +117,7 @@ class Catalog:
     tables: dict[str, Table]
     dataset: str = "default"
     budget: tuple[float, float] | None = None
+    analyst_budgets: dict[str, tuple[float, float]] = field(default_factory=dict)
     source: str = field(default="<dict>", compare=False)
 
     def table(self, name: str) -> Table:
@@ -163,18 +164,28 @@ def _build(doc: Mapping[str, Any], origin: str) -> Catalog:
         if name in tables:
             raise CatalogError(f"table {name!r} is declared twice (names are case-insensitive)")
         tables[name] = _table(name, tdoc)
-    budget = None
+    budget, analysts = None, {}
     if doc.get("budget") is not None:
         bdoc = doc["budget"]
-        if not isinstance(bdoc, Mapping):
-            raise CatalogError("catalog: 'budget' must be a mapping with epsilon and delta")
-        _no_unknown_keys(bdoc, {"epsilon", "delta"}, "catalog budget")
-        eps, delta = _number(bdoc.get("epsilon"), "budget epsilon"), bdoc.get("delta", 0.0)
-        delta = _number(delta, "budget delta")
-        if eps <= 0 or not 0 <= delta < 1:
-            raise CatalogError("catalog budget: need epsilon > 0 and 0 <= delta < 1")
-        budget = (eps, delta)
-    return Catalog(tables, str(doc.get("dataset", "default")), budget, origin)
+        budget = _budget(bdoc, "catalog budget", {"epsilon", "delta", "analysts"})
+        adoc = bdoc.get("analysts") or {}
+        if not isinstance(adoc, Mapping):
+            raise CatalogError("catalog budget: 'analysts' must map analyst names to budgets")
+        for name, value in adoc.items():
+            analysts[str(name)] = _budget(value, f"catalog budget of analyst {name!r}",
+                                          {"epsilon", "delta"})
+    return Catalog(tables, str(doc.get("dataset", "default")), budget, analysts, origin)
+
+
+def _budget(bdoc: Any, where: str, keys: set[str]) -> tuple[float, float]:
+    if not isinstance(bdoc, Mapping):
+        raise CatalogError(f"{where}: expected a mapping with epsilon and delta")
+    _no_unknown_keys(bdoc, keys, where)
+    eps = _number(bdoc.get("epsilon"), f"{where}: epsilon")
+    delta = _number(bdoc.get("delta", 0.0), f"{where}: delta")
+    if eps <= 0 or not 0 <= delta < 1:
+        raise CatalogError(f"{where}: need epsilon > 0 and 0 <= delta < 1")
+    return (eps, delta)
 
 
 def _table(name: str, tdoc: Any) -> Table:

@@ -36,8 +36,9 @@ def pums_catalog() -> Catalog:
     """Both bundled PUMS tables in one catalog."""
     tables = {}
     for name in PUMS_TABLES:
-        tables.update(load_catalog(catalog_path(name)).tables)
-    return Catalog(tables, dataset="pums")
+        cat = load_catalog(catalog_path(name))
+        tables.update(cat.tables)
+    return Catalog(tables, dataset=cat.dataset, budget=cat.budget)
 
 
 def data_path(filename: str) -> Path:

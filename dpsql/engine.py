@@ -3,7 +3,7 @@
 >>> import duckdb, dpsql
 >>> from dpsql.datasets import load_pums, catalog_path
 >>> db = duckdb.connect(); load_pums(db)
->>> conn = dpsql.connect(db, catalog=catalog_path("pums"), budget=(1.0, 1e-6))
+>>> conn = dpsql.connect(db, catalog=catalog_path("pums"), budget=(1.0, 1e-6), ledger=":memory:")
 >>> res = conn.execute("SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex", epsilon=0.5)
 >>> res.columns, [row[0] for row in res.rows], res.cost
 (['sex', 'n'], [0, 1], (0.5, 0.0))
@@ -15,14 +15,24 @@
 
 from __future__ import annotations
 
+import getpass
 from pathlib import Path
 from typing import Any
 
-from dpsql.accounting import Budget
+import duckdb
+
+from dpsql.accounting import Cost
 from dpsql.analyze import Plan, analyze
 from dpsql.backends import Backend, open_backend
 from dpsql.catalog import Catalog, Table, load_catalog
-from dpsql.errors import CatalogError, DpsqlError, PrivacyParameterError, UnknownTableError
+from dpsql.errors import (
+    CatalogError,
+    DpsqlError,
+    LedgerError,
+    PrivacyParameterError,
+    UnknownTableError,
+)
+from dpsql.ledger import ALL, BudgetView, Ledger
 from dpsql.noise import add_noise
 from dpsql.parse import parse
 from dpsql.postprocess import postprocess, stat_half_width
@@ -46,6 +56,9 @@ def connect(
     database: Any,
     catalog: str | Path | dict | Catalog,
     budget: tuple[float, float] | None = None,
+    *,
+    ledger: str | Path | Ledger | None = None,
+    analyst: str | None = None,
     alpha: float = 0.05,
 ) -> Connection:
     """Opens a private connection.
@@ -54,16 +67,40 @@ def connect(
         database: a DuckDB file path (opened read-only), ``":memory:"``, or an open
             ``duckdb.DuckDBPyConnection``.
         catalog: a catalog YAML path, a dict, or a loaded :class:`~dpsql.catalog.Catalog`.
-        budget: the (epsilon, delta) this connection may spend in total; defaults to the
-            catalog's ``budget``.
+        budget: an (epsilon, delta) cap on what this connection may spend. When the data
+            owner has set no budget for the data set (in the catalog or the ledger), the
+            first connection's ``budget`` becomes the data set's total in the ledger.
+        ledger: the ledger file that persists spending (default: beside the database
+            file, ``<database>.ledger.sqlite``); ``":memory:"`` for a budget that lives
+            only as long as this connection, or a :class:`~dpsql.ledger.Ledger`.
+        analyst: whose per-analyst budget applies (default: the OS user name).
         alpha: error bars are ``1 − alpha`` confidence intervals (default 95%).
 
     Raises:
         CatalogError: the catalog is malformed.
         BackendError: the database cannot be opened.
-        PrivacyParameterError: no budget, or an invalid one.
+        LedgerError: the ledger cannot be opened, or is not a dpsql ledger.
+        PrivacyParameterError: no budget anywhere, or an invalid one.
     """
-    return Connection(database, catalog, budget, alpha)
+    return Connection(database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha)
+
+
+def default_ledger_path(database: Any) -> Path:
+    """Where a database's ledger lives by default: ``<database file>.ledger.sqlite``."""
+    path = None
+    if isinstance(database, duckdb.DuckDBPyConnection):
+        row = database.execute("SELECT path FROM duckdb_databases() "
+                               "WHERE database_name = current_database()").fetchone()
+        path = row[0] if row and row[0] else None
+    elif isinstance(database, str | Path) and str(database) != ":memory:":
+        path = database
+    if path is None:
+        raise LedgerError(
+            "an in-memory database has no place for a ledger: pass ledger=PATH, or "
+            "ledger=':memory:' for a budget that lasts only as long as this connection"
+        )
+    path = Path(path)
+    return path.with_name(path.name + ".ledger.sqlite")
 
 
 class Connection:
@@ -72,30 +109,49 @@ class Connection:
     The backend connection is private to this object and never handed out.
     """
 
-    def __init__(self, database: Any, catalog: Any, budget=None, alpha: float = 0.05):
+    def __init__(self, database: Any, catalog: Any, budget=None, *, ledger=None,
+                 analyst: str | None = None, alpha: float = 0.05):
         self._catalog = load_catalog(catalog)
-        if budget is None:
-            budget = self._catalog.budget
-        if budget is None:
-            raise PrivacyParameterError(
-                "no privacy budget: pass budget=(epsilon, delta) or declare "
-                "'budget: {epsilon: ..., delta: ...}' in the catalog"
-            )
-        if not (isinstance(budget, tuple | list) and len(budget) == 2):
+        if budget is not None and not (isinstance(budget, tuple | list) and len(budget) == 2):
             raise PrivacyParameterError(f"budget must be an (epsilon, delta) pair, got {budget!r}")
         if not 0 < alpha < 1:
             raise PrivacyParameterError(f"alpha must be in (0, 1), got {alpha}")
-        self._budget = Budget(*budget)
         self._alpha = alpha
+        self._analyst = analyst or _os_user()
+        self._dataset = self._catalog.dataset
+        if not isinstance(ledger, Ledger):
+            ledger = Ledger(default_ledger_path(database) if ledger is None else ledger)
+        self._ledger = ledger
+        self._seed_budgets(budget)
+        self._cap = None if budget is None else ((float(budget[0]), float(budget[1])), [])
         self._backend: Backend | None = open_backend(database)
         self._schemas_ok: set[str] = set()
+
+    def _seed_budgets(self, budget) -> None:
+        cat = self._catalog
+        if cat.budget is not None:
+            self._ledger.ensure_budget(self._dataset, cat.budget, ALL, "catalog")
+        for name, total in cat.analyst_budgets.items():
+            self._ledger.ensure_budget(self._dataset, total, name, "catalog")
+        if not any(a == ALL for _, a, *_ in self._ledger.budgets(self._dataset)):
+            if budget is None:
+                raise PrivacyParameterError(
+                    f"no privacy budget for data set {self._dataset!r}: declare "
+                    "'budget: {epsilon: ..., delta: ...}' in the catalog, or pass "
+                    "budget=(epsilon, delta)"
+                )
+            self._ledger.ensure_budget(self._dataset, tuple(budget), ALL, "first connection")
 
     # -- public API -------------------------------------------------------------------
 
     @property
-    def budget(self) -> Budget:
-        """The connection's budget: ``.spent`` and ``.remaining`` as (epsilon, delta)."""
-        return self._budget
+    def budget(self) -> BudgetView:
+        """This analyst's budget: ``.spent`` and ``.remaining`` as (epsilon, delta)."""
+        return self._ledger.view(self._dataset, self._analyst, self._cap)
+
+    @property
+    def analyst(self) -> str:
+        return self._analyst
 
     @property
     def catalog(self) -> Catalog:
@@ -122,16 +178,28 @@ class Connection:
             DpsqlError subclasses; only :class:`~dpsql.errors.BackendError` comes after
             the charge (and keeps it).
         """
-        plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows)
-        if plan.stats or plan.selection is not None:
-            backend.check(expression)
-        self._budget.charge(plan.cost)
-        if plan.stats or plan.selection is not None:
-            columns, rows = backend.execute(expression)
-        else:  # only public keys are released: no data needed
-            columns, rows = [k.name for k in plan.keys], []
-        noisy = add_noise(plan, columns, rows)
-        answer = postprocess(plan, noisy, self._alpha)
+        text = sql if isinstance(sql, str) else repr(sql)
+        try:
+            plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows)
+            if plan.stats or plan.selection is not None:
+                backend.check(expression)
+        except DpsqlError as exc:
+            self._ledger.refuse(self._dataset, self._analyst, text,
+                                f"{type(exc).__name__}: {exc}")
+            raise
+        charge = self._ledger.charge(self._dataset, self._analyst, Cost(*plan.cost), text,
+                                     self._cap)
+        try:
+            if plan.stats or plan.selection is not None:
+                columns, rows = backend.execute(expression)
+            else:  # only public keys are released: no data needed
+                columns, rows = [k.name for k in plan.keys], []
+            noisy = add_noise(plan, columns, rows)
+            answer = postprocess(plan, noisy, self._alpha)
+        except BaseException as exc:
+            self._ledger.finish(charge, "failed", type(exc).__name__)
+            raise
+        self._ledger.finish(charge, "answered")
         return Result(
             columns=answer.columns,
             rows=answer.rows,
@@ -183,7 +251,8 @@ class Connection:
 
     def __repr__(self) -> str:
         state = "closed" if self._backend is None else "open"
-        return f"<dpsql.Connection {state} dataset={self._catalog.dataset!r} {self._budget!r}>"
+        return (f"<dpsql.Connection {state} dataset={self._dataset!r} "
+                f"analyst={self._analyst!r}>")
 
     # -- pipeline ---------------------------------------------------------------------
 
@@ -218,6 +287,13 @@ class Connection:
                     f"{col.type} but the database column is {actual[col.name]}"
                 )
         self._schemas_ok.add(table.name)
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no user name in a bare container
+        return "default"
 
 
 def _split(plan: Plan, alpha: float) -> list[dict]:

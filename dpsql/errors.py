@@ -80,6 +80,12 @@ class BudgetExhaustedError(DpsqlError):
     stage = "charge"
 
 
+class LedgerError(DpsqlError):
+    """The budget ledger cannot be used (missing, corrupted or not a dpsql ledger)."""
+
+    stage = "charge"
+
+
 class BackendError(DpsqlError):
     """The backend failed while running the rewritten query.
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import duckdb
 import pytest
 
@@ -31,9 +33,11 @@ def connect(pums_file):
     """Factory of dpsql connections to the PUMS file (both tables in the catalog)."""
     opened = []
 
-    def make(budget=(100.0, 1e-3), catalog=None, database=None, **kwargs):
-        conn = dpsql.connect(database or pums_file, catalog=catalog or pums_catalog(),
-                             budget=budget, **kwargs)
+    def make(budget=(100.0, 1e-3), catalog=None, database=None, ledger=":memory:", **kwargs):
+        # without the catalog's own budget, the test's budget becomes the total
+        catalog = catalog or dataclasses.replace(pums_catalog(), budget=None)
+        conn = dpsql.connect(database or pums_file, catalog=catalog,
+                             budget=budget, ledger=ledger, **kwargs)
         opened.append(conn)
         return conn
 

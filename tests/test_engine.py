@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import duckdb
@@ -14,8 +15,9 @@ from dpsql.datasets import catalog_path, load_pums
 QUERY = "SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM pums GROUP BY sex"
 
 
-def test_issue_example(pums_file):
-    conn = dpsql.connect(str(pums_file), catalog=str(catalog_path("pums")),
+def test_issue_example(tmp_path):
+    load_pums(tmp_path / "pums.duckdb")
+    conn = dpsql.connect(str(tmp_path / "pums.duckdb"), catalog=str(catalog_path("pums")),
                          budget=(10.0, 1e-5))
     res = conn.execute(QUERY, epsilon=1.0, delta=1e-6)
     assert res.columns == ["sex", "n", "avg_income"]
@@ -38,9 +40,12 @@ def test_issue_example(pums_file):
 def test_accepts_memory_and_open_connection():
     db = duckdb.connect()
     load_pums(db)
-    conn = dpsql.connect(db, catalog=catalog_path("pums"), budget=(1.0, 0.0))
+    conn = dpsql.connect(db, catalog=catalog_path("pums"), budget=(1.0, 0.0), ledger=":memory:")
     assert len(conn.execute("SELECT COUNT(*) FROM pums", epsilon=0.5).rows) == 1
-    empty = dpsql.connect(":memory:", catalog=catalog_path("pums"), budget=(1.0, 0.0))
+    with pytest.raises(dpsql.LedgerError, match="in-memory database has no place"):
+        dpsql.connect(db, catalog=catalog_path("pums"), budget=(1.0, 0.0))
+    empty = dpsql.connect(":memory:", catalog=catalog_path("pums"), budget=(1.0, 0.0),
+                          ledger=":memory:")
     with pytest.raises(dpsql.UnknownTableError, match="not in the database"):
         empty.execute("SELECT COUNT(*) FROM pums", epsilon=0.5)
     assert empty.budget.spent == (0.0, 0.0)
@@ -115,7 +120,7 @@ def test_rare_keys_are_not_released(tmp_path):
     con.close()
     catalog = {"tables": {"t": {"user_key": "uid", "columns": {
         "uid": {"type": "int"}, "k": {"type": "string"}}}}}
-    conn = dpsql.connect(path, catalog=catalog, budget=(100.0, 1e-2))
+    conn = dpsql.connect(path, catalog=catalog, budget=(100.0, 1e-2), ledger=":memory:")
     for _ in range(20):
         res = conn.execute("SELECT k, COUNT(*) FROM t GROUP BY k", epsilon=2.0, delta=1e-9)
         assert [r[0] for r in res.rows] in ([], ["common"])
@@ -223,7 +228,7 @@ def test_bad_privacy_parameters(connect, kwargs, message):
 def test_budget_overrun_is_refused_before_reading(connect):
     conn = connect(budget=(1.0, 1e-6))
     conn.execute("SELECT COUNT(*) FROM pums", epsilon=0.75)
-    with pytest.raises(dpsql.BudgetExhaustedError, match="only epsilon=0.25"):
+    with pytest.raises(dpsql.BudgetExhaustedError, match="has only epsilon=0.25"):
         conn.execute("SELECT COUNT(*) FROM pums", epsilon=0.5)
     assert conn.budget.spent == (0.75, 0.0)
     with pytest.raises(dpsql.BudgetExhaustedError):
@@ -233,13 +238,16 @@ def test_budget_overrun_is_refused_before_reading(connect):
 
 
 def test_connection_errors(pums_file, tmp_path):
+    no_budget = dataclasses.replace(dpsql.load_catalog(catalog_path("pums")), budget=None)
     with pytest.raises(dpsql.PrivacyParameterError, match="no privacy budget"):
-        dpsql.connect(pums_file, catalog=catalog_path("pums"))
+        dpsql.connect(pums_file, catalog=no_budget, ledger=":memory:")
     with pytest.raises(dpsql.BackendError, match="does not exist"):
-        dpsql.connect(tmp_path / "missing.duckdb", catalog=catalog_path("pums"), budget=(1, 0))
+        dpsql.connect(tmp_path / "missing.duckdb", catalog=catalog_path("pums"), budget=(1, 0),
+                      ledger=":memory:")
     with pytest.raises(dpsql.CatalogError):
-        dpsql.connect(pums_file, catalog={"tables": {}}, budget=(1, 0))
-    conn = dpsql.connect(pums_file, catalog=catalog_path("pums"), budget=(1, 0))
+        dpsql.connect(pums_file, catalog={"tables": {}}, budget=(1, 0), ledger=":memory:")
+    conn = dpsql.connect(pums_file, catalog=catalog_path("pums"), budget=(1, 0),
+                         ledger=":memory:")
     conn.close()
     with pytest.raises(dpsql.DpsqlError, match="closed"):
         conn.execute("SELECT COUNT(*) FROM pums", epsilon=0.1)
@@ -248,14 +256,15 @@ def test_connection_errors(pums_file, tmp_path):
 def test_catalog_type_mismatch_is_refused_before_charging(pums_file):
     catalog = {"tables": {"pums": {"user_key": "pid", "columns": {
         "pid": "int", "income": {"type": "int", "lower": 0, "upper": 10}}}}}
-    conn = dpsql.connect(pums_file, catalog=catalog, budget=(1, 0))
+    conn = dpsql.connect(pums_file, catalog=catalog, budget=(1, 0), ledger=":memory:")
     with pytest.raises(dpsql.CatalogError, match="catalog says int but the database"):
         conn.execute("SELECT SUM(income) FROM pums", epsilon=0.5)
     assert conn.budget.spent == (0.0, 0.0)
 
 
 def test_database_is_opened_read_only_without_external_access(pums_file):
-    conn = dpsql.connect(pums_file, catalog=catalog_path("pums"), budget=(1, 0))
+    conn = dpsql.connect(pums_file, catalog=catalog_path("pums"), budget=(1, 0),
+                         ledger=":memory:")
     con = conn._backend._con
     with pytest.raises(duckdb.Error):
         con.execute("CREATE TABLE x (a INT)")
@@ -276,7 +285,7 @@ def test_row_privacy_and_nullable_columns(tmp_path):
     catalog = {"tables": {"t": {"row_privacy": True, "columns": {
         "g": {"type": "int", "values": [0, 1, 2]},
         "x": {"type": "int", "lower": 0, "upper": 9, "nullable": True}}}}}
-    conn = dpsql.connect(path, catalog=catalog, budget=(1e4, 0), alpha=1e-9)
+    conn = dpsql.connect(path, catalog=catalog, budget=(1e4, 0), alpha=1e-9, ledger=":memory:")
     ex = conn.explain("SELECT g, COUNT(*), COUNT(x), SUM(x), AVG(x) FROM t GROUP BY g",
                       epsilon=1.0)
     assert "__per_user" not in ex.sql and "__bounded" not in ex.sql

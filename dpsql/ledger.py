@@ -1,0 +1,338 @@
+"""The persistent, atomic privacy-budget ledger (SQLite, standard library).
+
+One ledger file holds, per data set, the owner's total budget and optional per-analyst
+budgets, every charge, and an audit log of every query. The rules:
+
+* **Charge before release.** ``charge`` checks that the query fits and records it in
+  one ``BEGIN IMMEDIATE`` transaction, before the backend reads any data. SQLite's
+  write lock serialises every writer across threads and processes, so two queries can
+  never both spend the last of a budget.
+* **Failures keep their charge.** A query that fails after its charge is logged as
+  ``failed``; the charge stays (a data-dependent failure is information).
+* **Refusals charge nothing.** A query refused before reading data is logged as
+  ``refused`` with cost 0.
+* **Crash safety.** WAL journaling with ``synchronous=FULL``: a committed charge
+  survives a killed process, and a killed process never leaves a half-written one.
+
+Whoever can write the ledger file can change budgets: the file's permissions are the
+data owner's control. Analysts' processes need write access to record charges, so
+deploy dpsql behind a service account when analysts must not edit the file directly.
+
+>>> led = Ledger(":memory:")
+>>> led.ensure_budget("pums", (1.0, 1e-6))
+>>> led.charge("pums", "alice", Cost(0.25), "SELECT COUNT(*) FROM pums")
+1
+>>> led.view("pums", "alice").spent
+(0.25, 0.0)
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dpsql.accounting import Accounting, Cost, Spent, spent
+from dpsql.errors import BudgetExhaustedError, LedgerError, PrivacyParameterError
+
+FORMAT = "dpsql-ledger"
+VERSION = "1"
+ALL = "*"  # analyst key of a data set's total budget
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS budgets (
+    dataset TEXT NOT NULL, analyst TEXT NOT NULL,
+    epsilon REAL NOT NULL, delta REAL NOT NULL, source TEXT NOT NULL, updated TEXT NOT NULL,
+    PRIMARY KEY (dataset, analyst));
+CREATE TABLE IF NOT EXISTS charges (
+    id INTEGER PRIMARY KEY, time TEXT NOT NULL, dataset TEXT NOT NULL,
+    analyst TEXT NOT NULL, epsilon REAL NOT NULL, delta REAL NOT NULL,
+    rho REAL NOT NULL, rho_delta REAL NOT NULL, sql TEXT NOT NULL,
+    outcome TEXT NOT NULL, detail TEXT);
+CREATE TABLE IF NOT EXISTS refusals (
+    id INTEGER PRIMARY KEY, time TEXT NOT NULL, dataset TEXT NOT NULL,
+    analyst TEXT NOT NULL, sql TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS charges_by_dataset ON charges (dataset, analyst);
+"""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class Ledger:
+    """A ledger file (or ``":memory:"``, only when asked for explicitly)."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        self._lock = threading.Lock()
+        if self.path != ":memory:":
+            p = Path(self.path)
+            if p.is_dir():
+                raise LedgerError(f"ledger path {self.path!r} is a directory")
+            if not p.parent.exists():
+                raise LedgerError(f"ledger directory {str(p.parent)!r} does not exist")
+        try:
+            self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
+                                       check_same_thread=False)
+            self._db.execute("PRAGMA busy_timeout = 60000")
+            if self.path != ":memory:":
+                self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = FULL")
+            self._init()
+        except sqlite3.DatabaseError as exc:
+            raise LedgerError(
+                f"{self.path!r} is not a usable dpsql ledger ({exc}); refusing to start a "
+                "fresh budget over it"
+            ) from None
+
+    def _init(self) -> None:
+        with self._tx():
+            tables = {r[0] for r in self._db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "meta" not in tables:
+                raise LedgerError(f"{self.path!r} is an SQLite file but not a dpsql ledger")
+            for statement in _SCHEMA.strip().split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+            meta = dict(self._db.execute("SELECT key, value FROM meta"))
+            if not meta:
+                self._db.execute("INSERT INTO meta VALUES ('format', ?), ('version', ?)",
+                                 (FORMAT, VERSION))
+            elif meta.get("format") != FORMAT:
+                raise LedgerError(f"{self.path!r} is not a dpsql ledger")
+            elif meta.get("version") != VERSION:
+                raise LedgerError(
+                    f"ledger {self.path!r} has format version {meta.get('version')}; "
+                    f"this dpsql reads version {VERSION}"
+                )
+
+    class _Tx:
+        def __init__(self, ledger: Ledger):
+            self.ledger = ledger
+
+        def __enter__(self):
+            self.ledger._lock.acquire()
+            try:
+                self.ledger._db.execute("BEGIN IMMEDIATE")
+            except BaseException:
+                self.ledger._lock.release()
+                raise
+            return self.ledger._db
+
+        def __exit__(self, exc_type, exc, tb):
+            try:
+                self.ledger._db.execute("ROLLBACK" if exc_type else "COMMIT")
+            finally:
+                self.ledger._lock.release()
+
+    def _tx(self) -> Ledger._Tx:
+        return Ledger._Tx(self)
+
+    # -- budgets ----------------------------------------------------------------------
+
+    def ensure_budget(self, dataset: str, total: tuple[float, float],
+                      analyst: str = ALL, source: str = "catalog") -> None:
+        """Records a budget unless one is already set (the owner's, or an earlier seed)."""
+        _check_pair(total)
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO budgets VALUES (?, ?, ?, ?, ?, ?)",
+                       (dataset, analyst, total[0], total[1], source, _now()))
+
+    def set_budget(self, dataset: str, total: tuple[float, float], analyst: str = ALL) -> None:
+        """Owner command: sets a total (data set when analyst is ``*``) outright."""
+        _check_pair(total)
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO budgets VALUES (?, ?, ?, ?, 'owner', ?)",
+                       (dataset, analyst, total[0], total[1], _now()))
+
+    def grant(self, dataset: str, extra: tuple[float, float], analyst: str = ALL) -> None:
+        """Owner command: raises a total by ``extra``."""
+        with self._tx() as db:
+            row = db.execute("SELECT epsilon, delta FROM budgets WHERE dataset = ? AND "
+                             "analyst = ?", (dataset, analyst)).fetchone()
+            if row is None:
+                raise LedgerError(f"no budget set for data set {dataset!r}, analyst "
+                                  f"{analyst!r}; use set first")
+            total = (row[0] + extra[0], row[1] + extra[1])
+            _check_pair(total)
+            db.execute("UPDATE budgets SET epsilon = ?, delta = ?, source = 'owner', "
+                       "updated = ? WHERE dataset = ? AND analyst = ?",
+                       (*total, _now(), dataset, analyst))
+
+    def budgets(self, dataset: str | None = None) -> list[tuple]:
+        query = "SELECT dataset, analyst, epsilon, delta, source FROM budgets"
+        args: tuple = ()
+        if dataset is not None:
+            query += " WHERE dataset = ?"
+            args = (dataset,)
+        with self._lock:
+            return self._db.execute(query + " ORDER BY dataset, analyst", args).fetchall()
+
+    def _total(self, db, dataset: str, analyst: str) -> tuple[float, float] | None:
+        row = db.execute("SELECT epsilon, delta FROM budgets WHERE dataset = ? AND "
+                         "analyst = ?", (dataset, analyst)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def _costs(self, db, dataset: str, analyst: str | None) -> list[Cost]:
+        query = "SELECT epsilon, delta, rho, rho_delta FROM charges WHERE dataset = ?"
+        args: tuple = (dataset,)
+        if analyst is not None:
+            query += " AND analyst = ?"
+            args += (analyst,)
+        return [Cost(*row) for row in db.execute(query, args)]
+
+    # -- charging ---------------------------------------------------------------------
+
+    def charge(self, dataset: str, analyst: str, cost: Cost, sql: str,
+               cap: tuple[tuple[float, float], list[Cost]] | None = None) -> int:
+        """Checks and records ``cost`` atomically; returns the charge's id.
+
+        Args:
+            cap: an extra (total, charges so far) limit, e.g. a connection's own budget.
+
+        Raises:
+            BudgetExhaustedError: the cost does not fit (nothing charged; the refusal
+                is logged).
+        """
+        with self._tx() as db:
+            reason = None
+            dataset_total = self._total(db, dataset, ALL)
+            if dataset_total is None:
+                reason = f"no budget is set for data set {dataset!r}"
+            else:
+                checks = [("data set", dataset_total, self._costs(db, dataset, None))]
+                analyst_total = self._total(db, dataset, analyst)
+                if analyst_total is not None:
+                    checks.append((f"analyst {analyst!r}", analyst_total,
+                                   self._costs(db, dataset, analyst)))
+                if cap is not None:
+                    checks.append(("connection", cap[0], cap[1]))
+                for name, total, costs in checks:
+                    if not Accounting(total).admits([*costs, cost]):
+                        left = Accounting(total).remaining(spent(costs))
+                        reason = (
+                            f"query needs epsilon={cost.epsilon:g}, delta={cost.delta:g} "
+                            f"but the {name} budget has only epsilon={left[0]:g}, "
+                            f"delta={left[1]:g} left (total epsilon={total[0]:g}, "
+                            f"delta={total[1]:g})"
+                        )
+                        break
+            if reason is not None:
+                db.execute("INSERT INTO refusals VALUES (NULL, ?, ?, ?, ?, ?)",
+                           (_now(), dataset, analyst, sql, "BudgetExhaustedError: " + reason))
+                refusal = BudgetExhaustedError(reason)
+            else:
+                rho, rho_delta = cost.zcdp
+                cur = db.execute(
+                    "INSERT INTO charges VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, 'charged', NULL)",
+                    (_now(), dataset, analyst, cost.epsilon, cost.delta, rho, rho_delta, sql))
+                if cap is not None:
+                    cap[1].append(cost)
+                return cur.lastrowid
+        raise refusal
+
+    def finish(self, charge_id: int, outcome: str, detail: str | None = None) -> None:
+        """Marks a charged query ``answered`` or ``failed``; the charge itself stays."""
+        assert outcome in ("answered", "failed")
+        with self._tx() as db:
+            db.execute("UPDATE charges SET outcome = ?, detail = ? WHERE id = ?",
+                       (outcome, detail, charge_id))
+
+    def refuse(self, dataset: str, analyst: str, sql: str, detail: str) -> None:
+        """Logs a query refused before any data was read (it costs nothing)."""
+        with self._tx() as db:
+            db.execute("INSERT INTO refusals VALUES (NULL, ?, ?, ?, ?, ?)",
+                       (_now(), dataset, analyst, sql if isinstance(sql, str) else repr(sql),
+                        detail))
+
+    # -- reading ----------------------------------------------------------------------
+
+    def spent(self, dataset: str, analyst: str | None = None) -> Spent:
+        with self._lock:
+            return spent(self._costs(self._db, dataset, analyst))
+
+    def view(self, dataset: str, analyst: str, cap=None) -> BudgetView:
+        return BudgetView(self, dataset, analyst, cap)
+
+    def log(self, dataset: str | None = None, limit: int = 100) -> list[dict]:
+        """The audit log, newest first: answered, failed, charged and refused queries."""
+        where, args = ("WHERE dataset = ?", (dataset,)) if dataset else ("", ())
+        query = (
+            "SELECT time, dataset, analyst, sql, epsilon, delta, outcome, detail FROM ("
+            "SELECT time, dataset, analyst, sql, epsilon, delta, outcome, detail FROM charges "
+            "UNION ALL SELECT time, dataset, analyst, sql, 0, 0, 'refused', detail "
+            f"FROM refusals) {where} ORDER BY time DESC LIMIT ?"
+        )
+        keys = ("time", "dataset", "analyst", "sql", "epsilon", "delta", "outcome", "detail")
+        with self._lock:
+            return [dict(zip(keys, r, strict=True))
+                    for r in self._db.execute(query, (*args, limit))]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class BudgetView:
+    """One analyst's budget on one data set: ``spent``, ``remaining``, ``total``.
+
+    ``spent`` is by basic composition (Σε, Σδ); ``remaining`` is the least of what the
+    data set's total, the analyst's own total and the connection's cap leave. The
+    ledger may still admit more through the zCDP bound; ``zcdp`` reports it.
+    """
+
+    def __init__(self, ledger: Ledger, dataset: str, analyst: str, cap=None):
+        self.ledger, self.dataset, self.analyst = ledger, dataset, analyst
+        self._cap = cap  # (total, list of this connection's costs) or None
+
+    def _limits(self) -> list[tuple[tuple[float, float], Spent]]:
+        out = []
+        rows = {a: (e, d) for _, a, e, d, _ in self.ledger.budgets(self.dataset)}
+        if ALL in rows:
+            out.append((rows[ALL], self.ledger.spent(self.dataset)))
+        if self.analyst in rows and self.analyst != ALL:
+            out.append((rows[self.analyst], self.ledger.spent(self.dataset, self.analyst)))
+        if self._cap is not None:
+            out.append((self._cap[0], spent(self._cap[1])))
+        return out
+
+    @property
+    def total(self) -> tuple[float, float]:
+        limits = self._limits()
+        return (min(t[0] for t, _ in limits), min(t[1] for t, _ in limits))
+
+    @property
+    def spent(self) -> tuple[float, float]:
+        """What this analyst has spent on the data set (all connections, all time)."""
+        return self.ledger.spent(self.dataset, self.analyst).basic
+
+    @property
+    def remaining(self) -> tuple[float, float]:
+        left = [Accounting(t).remaining(s) for t, s in self._limits()]
+        return (min(x[0] for x in left), min(x[1] for x in left))
+
+    @property
+    def zcdp(self) -> dict:
+        """The analyst's spend as zCDP: ρ, the δ it does not cover, and ε at the total δ."""
+        s = self.ledger.spent(self.dataset, self.analyst)
+        return {"rho": s.rho, "delta": s.rho_delta,
+                "epsilon": s.zcdp_epsilon(self.total[1])}
+
+    def __repr__(self) -> str:
+        (se, sd), (re_, rd) = self.spent, self.remaining
+        return (f"Budget(dataset={self.dataset!r}, analyst={self.analyst!r}, "
+                f"spent=({se:g}, {sd:g}), remaining=({re_:g}, {rd:g}))")
+
+
+def _check_pair(total) -> None:
+    try:
+        eps, delta = (float(x) for x in total)
+    except (TypeError, ValueError):
+        raise PrivacyParameterError(f"a budget is an (epsilon, delta) pair, got {total!r}") \
+            from None
+    if not (eps > 0 and eps != float("inf")) or not 0 <= delta < 1:
+        raise PrivacyParameterError(
+            f"a budget needs epsilon > 0 and 0 <= delta < 1, got ({eps}, {delta})")
