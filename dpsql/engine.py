@@ -119,7 +119,8 @@ class Connection:
         self._alpha = alpha
         self._analyst = analyst or _os_user()
         self._dataset = self._catalog.dataset
-        if not isinstance(ledger, Ledger):
+        self._owns_ledger = not isinstance(ledger, Ledger)
+        if self._owns_ledger:
             ledger = Ledger(default_ledger_path(database) if ledger is None else ledger)
         self._ledger = ledger
         self._seed_budgets(budget)
@@ -178,6 +179,8 @@ class Connection:
             DpsqlError subclasses; only :class:`~dpsql.errors.BackendError` comes after
             the charge (and keeps it).
         """
+        if self._backend is None:
+            raise DpsqlError("connection is closed")
         text = sql if isinstance(sql, str) else repr(sql)
         try:
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows)
@@ -238,10 +241,12 @@ class Connection:
         )
 
     def close(self) -> None:
-        """Closes the backend connection; further queries raise an error."""
+        """Closes the backend connection (and its ledger); further queries raise an error."""
         if self._backend is not None:
             self._backend.close()
             self._backend = None
+            if self._owns_ledger:
+                self._ledger.close()
 
     def __enter__(self) -> Connection:
         return self

@@ -89,6 +89,9 @@ class Ledger:
             ) from None
 
     def _init(self) -> None:
+        check = self._db.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise LedgerError(f"ledger {self.path!r} is corrupted ({check})")
         with self._tx():
             tables = {r[0] for r in self._db.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table'")}
