@@ -59,3 +59,35 @@ def test_help_lists_commands():
     out = run("--help").stdout
     for command in ("demo", "explain", "catalog"):
         assert command in out
+
+
+def test_query_charges_the_ledger_and_budget_commands(tmp_path):
+    db = tmp_path / "demo.duckdb"
+    run("demo", "--save", str(db))
+    cat = str(catalog_path("pums"))
+    out = run("query", "SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex", "-d", str(db),
+              "-c", cat, "-e", "0.5", "--analyst", "bob", "--format", "csv").stdout
+    assert out.splitlines()[0] == "sex,n" and len(out.splitlines()) == 3
+    import json
+
+    out = run("query", "SELECT COUNT(*) AS n FROM pums", "-d", str(db), "-c", cat, "-e",
+              "0.5", "--analyst", "bob", "--format", "json").stdout
+    doc = json.loads(out)
+    assert doc["columns"] == ["n"] and doc["cost"] == {"epsilon": 0.5, "delta": 0.0}
+    show = run("budget", "show", "-d", str(db)).stdout
+    assert "analyst bob" in show and "spent epsilon=1," in show
+    log = run("budget", "log", "-d", str(db), "--limit", "2").stdout
+    assert log.count("answered") == 2 and "bob" in log
+    # the demo spent 4.5 of 10, bob 1: 4.5 remain
+    refused = run("query", "SELECT COUNT(*) FROM pums", "-d", str(db), "-c", cat, "-e", "5",
+                  check=False)
+    assert refused.returncode == 1 and "BudgetExhaustedError" in refused.stderr
+    run("budget", "grant", "-d", str(db), "--dataset", "pums", "--epsilon", "1")
+    run("query", "SELECT COUNT(*) FROM pums", "-d", str(db), "-c", cat, "-e", "5")
+    run("budget", "set", "-d", str(db), "--dataset", "pums", "--analyst", "eve",
+        "--epsilon", "0.1")
+    eve = run("query", "SELECT COUNT(*) FROM pums", "-d", str(db), "-c", cat, "-e", "0.2",
+              "--analyst", "eve", check=False)
+    assert eve.returncode == 1 and "analyst 'eve'" in eve.stderr
+    missing = run("budget", "show", "--ledger", str(tmp_path / "nope.sqlite"), check=False)
+    assert missing.returncode == 2

@@ -234,3 +234,31 @@ def test_sigkill_mid_query_leaves_a_valid_ledger_with_the_charge(db, tmp_path):
     assert outcomes[-1] in ("answered", "charged")
     led = Ledger(ledger)
     assert led.spent("pums").basic[0] == pytest.approx(0.5 * len(outcomes))
+
+
+def test_threads_racing_never_overspend(db, tmp_path):
+    import threading
+
+    ledger = tmp_path / "threads.sqlite"
+    Ledger(ledger).set_budget("pums", (5.0, 0.0))  # exactly 40 queries of 0.125
+    results = []
+
+    def work():
+        conn = dpsql.connect(db, catalog=catalog(), ledger=ledger, analyst="t")
+        ok = 0
+        for _ in range(10):
+            try:
+                conn.execute(COUNT, epsilon=0.125)
+                ok += 1
+            except dpsql.BudgetExhaustedError:
+                pass
+        results.append(ok)
+        conn.close()
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(results) == 40
+    assert Ledger(ledger).spent("pums").basic == (5.0, 0.0)
