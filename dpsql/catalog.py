@@ -260,9 +260,11 @@ def _column(table: str, name: str, cdoc: Any) -> Column:
     if values is not None:
         if not isinstance(values, list | tuple) or not values:
             raise CatalogError(f"{where}: values must be a non-empty list (the public domain)")
-        if len(set(map(repr, values))) != len(values):
-            raise CatalogError(f"{where}: values lists a value twice")
         values = tuple(_domain_value(v, ctype, where) for v in values)
+        # equality, not spelling: 0, 0.0 and -0.0 are one key and would be released
+        # (and noised) several times over
+        if len(set(values)) != len(values):
+            raise CatalogError(f"{where}: values lists a value twice")
     nullable = cdoc.get("nullable", False)
     if not isinstance(nullable, bool):
         raise CatalogError(f"{where}: nullable must be true or false")
@@ -272,7 +274,8 @@ def _column(table: str, name: str, cdoc: Any) -> Column:
 def _domain_value(value: Any, ctype: str, where: str) -> Any:
     ok = {
         "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        "float": lambda v: (isinstance(v, int | float) and not isinstance(v, bool)
+                            and math.isfinite(v)),
         "string": lambda v: isinstance(v, str),
         "bool": lambda v: isinstance(v, bool),
     }.get(ctype, lambda v: True)

@@ -285,8 +285,10 @@ class Connection:
                     f"table {table.name!r}, column {col.name!r}: in the catalog but not in "
                     "the database"
                 )
-            base = actual[col.name].split("(")[0].upper()
-            if not base.startswith(_COMPATIBLE[col.type]):
+            base = actual[col.name].split("(")[0].strip().upper()
+            ok = base in _COMPATIBLE[col.type] or (
+                col.type == "timestamp" and base.startswith("TIMESTAMP") and "[" not in base)
+            if not ok:
                 raise CatalogError(
                     f"table {table.name!r}, column {col.name!r}: the catalog says "
                     f"{col.type} but the database column is {actual[col.name]}"

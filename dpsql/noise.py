@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from dpsql.analyze.plan import Plan
+from dpsql.errors import DpsqlError
 
 
 @dataclass
@@ -50,7 +51,8 @@ def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
     if plan.selection is None:
         groups = list(itertools.product(*(k.domain for k in plan.keys)))
     else:
-        candidates = list(exact)
+        # a data-independent order: the backend's hash order could depend on the data
+        candidates = sorted(exact, key=_order_key)
         counts, keep = plan.selection.release(values("__users", candidates))
         groups = [g for g, k in zip(candidates, keep, strict=True) if k]
         noisy["__users"] = [c for c, k in zip(counts, keep, strict=True) if k]
@@ -61,6 +63,10 @@ def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
     return NoisyGroups(groups, noisy)
 
 
+def _order_key(group: tuple) -> tuple:
+    return tuple((1, 0) if v is None else (0, v) for v in group)
+
+
 def _number(value, integer: bool):
     if value is None:  # SUM over only NULLs
         return 0
@@ -69,7 +75,9 @@ def _number(value, integer: bool):
     if integer:
         if isinstance(value, float):
             # The backend's column types are checked against the catalog before the
-            # query runs, so an integer statistic is whole; round defensively.
-            return round(value)
+            # query runs, so this cannot happen; rounding would change the sensitivity.
+            if not value.is_integer():
+                raise DpsqlError("internal error: an integer statistic is not whole")
+            return int(value)
         return int(value)
     return float(value)

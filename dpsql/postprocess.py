@@ -110,6 +110,10 @@ def _half_width(plan, out, value, rid, noisy, cells, alpha) -> float | None:
     stats = sorted({s for c in plan.cells if c.name in out.cells for s in c.stats})
     level = alpha / len(stats)
     widths = {s: stat_half_width(plan, s, level) for s in stats}
+    if isinstance(out.expr, exp.Column):
+        cell = next(c for c in plan.cells if c.name == out.expr.name)
+        if cell.kind == "stat":  # the statistic itself: its own (integer) half-width
+            return widths[cell.stats[0]]
     env = {}
     for i, key in enumerate(plan.keys):
         env[key.name] = _point(noisy.keys[rid][i])
@@ -117,6 +121,7 @@ def _half_width(plan, out, value, rid, noisy, cells, alpha) -> float | None:
         if cell.name in out.cells:
             env[cell.name] = _cell_interval(cell, rid, noisy, cells, widths)
     low, high = _Intervals(env).visit(out.expr)
+    value = float(value)
     width = max(value - low, high - value, 0.0)
     return width if math.isfinite(width) else math.inf
 

@@ -14,6 +14,8 @@ def _fmt(value: Any, width: float | None = None) -> str:
         text = "NULL" if value is None else str(value)
     if width is None:
         return text
+    if isinstance(value, int) and not isinstance(value, bool) and float(width).is_integer():
+        width = int(width)
     if math.isinf(width):
         return f"{text} ± inf"
     return f"{text} ± {width:,.2f}" if isinstance(width, float) else f"{text} ± {width:,}"

@@ -30,7 +30,7 @@ from dpsql.errors import (
     UnknownTableError,
     UnsupportedQueryError,
 )
-from dpsql.mechanisms import LaplaceThreshold, laplace
+from dpsql.mechanisms import Constant, LaplaceThreshold, laplace
 from dpsql.validate import AGGREGATES
 
 #: Largest number of group keys released from public domains in one query.
@@ -102,7 +102,7 @@ def analyze(
         post = a.post_expr(body, keys, f"output column {name!r}")
         outputs.append(Output(name, post, a.cells_in(post)))
     _check_intervals(outputs)
-    by_alias = {o.name: o.expr for o in outputs}
+    by_alias = {o.name.lower(): o.expr for o in outputs}
 
     having = select.args.get("having")
     having = a.post_expr(having.this, keys, "HAVING", by_alias) if having else None
@@ -142,6 +142,10 @@ def analyze(
             )
         users = a.stat("users", None, None)
         noised = [s for s in stats if s is not users]
+    for s in [s for s in noised if s.linf == 0]:
+        # no user can change it (e.g. SUM(0)): released exactly, at no cost
+        s.mechanism = Constant()
+        noised.remove(s)
     shares = len(noised) + (1 if keys and not public else 0)
     share = epsilon / shares if shares else 0.0
     for s in noised:
@@ -172,6 +176,11 @@ def analyze(
         selection=selection,
         seed=secrets.randbits(31) if seed is None else seed,
     )
+    if selection is not None and any(c.stats == ("__users",) for c in a.cells):
+        plan.notes.append(
+            "COUNT(DISTINCT) under partition selection is released only above the "
+            f"threshold {selection.threshold}, so values near it are biased upward"
+        )
     if any(s.kind == "sum" for s in stats):
         plan.notes.append(
             "sums clamp each value to its bounds and each user's partial sum to "
@@ -346,6 +355,20 @@ def _check_intervals(outputs: list[Output]) -> None:
         if not out.cells:
             continue
         for node in out.expr.walk():
+            if isinstance(node, exp.Cast) and not node.to.is_type(
+                    *exp.DataType.INTEGER_TYPES, *exp.DataType.REAL_TYPES) or (
+                    isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DECIMAL)):
+                raise UnsupportedQueryError(
+                    f"output column {out.name!r}: a noisy aggregate can be cast only to an "
+                    f"integer or floating-point type, not {node.to.sql()}"
+                )
+            if isinstance(node, exp.Round) and node.args.get("decimals") is not None and not (
+                    isinstance(node.args["decimals"], exp.Literal)
+                    and node.args["decimals"].is_int):
+                raise UnsupportedQueryError(
+                    f"output column {out.name!r}: ROUND over a noisy aggregate needs a "
+                    "whole-number literal for its decimals"
+                )
             if not isinstance(node, _INTERVAL_FUNCS):
                 raise UnsupportedQueryError(
                     f"output column {out.name!r}: {type(node).__name__.upper()} over a noisy "

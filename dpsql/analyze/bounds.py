@@ -150,7 +150,14 @@ class _Bounds:
         # Rounding moves a value by at most half a unit of the last kept digit.
         a = self.visit(e.this)
         digits = e.args.get("decimals")
-        places = int(digits.this) if isinstance(digits, exp.Literal) else 0
+        if digits is None:
+            places = 0
+        elif isinstance(digits, exp.Literal) and digits.is_int:
+            places = int(digits.this)
+        else:
+            raise UnboundedExpressionError(
+                "ROUND inside an aggregate needs a whole-number literal for its decimals"
+            )
         step = 10.0**-places
         return Interval(
             math.floor(a.lower / step) * step if places else math.floor(a.lower),
@@ -181,8 +188,11 @@ class _Bounds:
 
     _TryCast = _Cast
 
-    def _Null(self, e: exp.Null) -> Interval | None:
-        return None  # type: ignore[return-value]
+    def _Null(self, e: exp.Null) -> Interval:
+        raise UnboundedExpressionError(
+            "NULL inside an aggregated expression is only allowed as a CASE or COALESCE "
+            "result"
+        )
 
     def _branches(self, values: list[exp.Expression]) -> Interval:
         # NULL branches add no value: aggregates ignore NULL.

@@ -1,6 +1,6 @@
 """Noise mechanisms. Each exposes its privacy map and its accuracy, as in OpenDP."""
 
-from dpsql.mechanisms.laplace import DiscreteLaplace, GridLaplace, laplace
+from dpsql.mechanisms.laplace import Constant, DiscreteLaplace, GridLaplace, laplace
 from dpsql.mechanisms.partition import LaplaceThreshold
 
-__all__ = ["DiscreteLaplace", "GridLaplace", "LaplaceThreshold", "laplace"]
+__all__ = ["Constant", "DiscreteLaplace", "GridLaplace", "LaplaceThreshold", "laplace"]

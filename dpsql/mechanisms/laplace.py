@@ -1,10 +1,12 @@
 """Floating-point-safe Laplace noise.
 
 Integers get *discrete* Laplace noise: ``Z`` with ``P(Z = z) ∝ exp(−|z| / scale)``,
-sampled exactly by OpenDP from the operating system's secure random source. Real
-values are first rounded to the grid ``2^k`` and then get discrete Laplace noise in
-units of that grid (OpenDP's float Laplace), so no released value is ``float +
-continuous noise`` and the low bits carry nothing (Mironov, CCS 2012).
+sampled exactly (:mod:`dpsql.mechanisms.sampling`, integer arithmetic on the operating
+system's CSPRNG). The scale is held as a rational ``t/s`` rounded *up* from the one
+requested, and the privacy map uses that exact rational. Real values are first rounded
+to the grid ``2^k`` and then get discrete Laplace noise in units of that grid, so no
+released value is ``float + continuous noise`` and the low bits carry nothing
+(Mironov, CCS 2012).
 
 >>> m = DiscreteLaplace(scale=2.0)
 >>> m.privacy_map(1)          # epsilon for an L1 sensitivity of 1
@@ -17,16 +19,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import cache
+from fractions import Fraction
 
-import opendp.prelude as dp
+import numpy as np
 
-dp.enable_features("contrib")
+from dpsql.mechanisms.sampling import discrete_laplace, rational_scale
 
-
-@cache
-def _space():
-    return dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64")
+_SAFE = 2**62  # integer statistics below this add noise in int64 without overflow
+#: Above this scale, integer statistics take the grid path (the exact sampler works in
+#: int64 and needs scale · 2^PRECISION-sized integers to fit).
+_INTEGER_SCALE_LIMIT = 2.0**40
 
 
 class DiscreteLaplace:
@@ -42,25 +44,50 @@ class DiscreteLaplace:
     def __init__(self, scale: float):
         if not scale > 0 or not math.isfinite(scale):
             raise ValueError(f"scale must be positive and finite, got {scale}")
-        self.scale = float(scale)
+        self.t, self.s = rational_scale(float(scale))
+        self.scale = self.t / self.s
 
     def privacy_map(self, sensitivity: float) -> float:
-        return sensitivity / self.scale
+        return sensitivity * self.s / self.t
 
     def accuracy(self, alpha: float) -> int:
         """Smallest integer ``t`` with ``P(|Z| > t) <= alpha``.
 
         With ``q = exp(−1/scale)``: ``P(|Z| >= m) = 2 q^m / (1 + q)`` for ``m >= 1``.
         """
-        q = math.exp(-1.0 / self.scale)
+        q = math.exp(-self.s / self.t)
+        if q == 0.0:  # scale so small that P(Z != 0) underflows
+            return 0
         m = math.ceil(math.log(alpha * (1 + q) / 2) / math.log(q))
         return max(m - 1, 0)
 
+    def sample(self, n: int) -> np.ndarray:
+        """``n`` noise draws (int64)."""
+        return discrete_laplace(n, self.t, self.s)
+
     def release(self, values: Sequence[int]) -> list[int]:
-        if not values:
+        if len(values) == 0:
             return []
-        meas = _space() >> dp.m.then_laplace(scale=self.scale)
-        return list(meas([int(v) for v in values]))
+        noise = self.sample(len(values))
+        if all(-_SAFE < int(v) < _SAFE for v in values):
+            return (np.asarray(values, dtype=np.int64) + noise).tolist()
+        return [int(v) + int(z) for v, z in zip(values, noise.tolist(), strict=True)]
+
+
+class Constant:
+    """No noise, for a statistic that no user can change (sensitivity 0)."""
+
+    integer = True
+    scale = 0.0
+
+    def privacy_map(self, *sensitivity: float) -> float:
+        return 0.0
+
+    def accuracy(self, alpha: float) -> int:
+        return 0
+
+    def release(self, values: Sequence) -> list:
+        return list(values)
 
 
 class GridLaplace:
@@ -99,8 +126,17 @@ class GridLaplace:
         return self.units.accuracy(alpha) * self.grid + self.grid / 2
 
     def release(self, values: Sequence[float]) -> list[float]:
-        rounded = [round(float(v) / self.grid) for v in values]
-        return [n * self.grid for n in self.units.release(rounded)]
+        if len(values) == 0:
+            return []
+        noise = self.units.sample(len(values))
+        if any(isinstance(v, int) and abs(v) > 2**53 for v in values):
+            # huge exact integers: round to the grid exactly, without a float detour
+            step = Fraction(2) ** self.k
+            return [float((round(Fraction(v) / step) + int(z)) * step)
+                    for v, z in zip(values, noise.tolist(), strict=True)]
+        # v / 2^k is exact; rint rounds half to even, as the privacy map allows
+        rounded = np.rint(np.asarray(values, dtype=np.float64) / self.grid)
+        return ((rounded + noise.astype(np.float64)) * self.grid).tolist()
 
 
 def laplace(
@@ -122,7 +158,7 @@ def laplace(
     """
     if not epsilon > 0:
         raise ValueError("epsilon must be positive")
-    if integer:
+    if integer and max_groups * linf / epsilon < _INTEGER_SCALE_LIMIT:
         return DiscreteLaplace(max_groups * linf / epsilon)
     k = math.floor(math.log2(max_groups * linf / epsilon)) - 12
     units = max_groups * (math.floor(linf / 2.0**k) + 1) / epsilon

@@ -1,9 +1,21 @@
 """Pass: remove data-dependent runtime errors from analyst expressions.
 
-A CAST that fails for some rows, or a division by a zero that occurs only in some
-rows, would let an analyst learn about the data from whether the query errors. CASTs
-become TRY_CASTs (NULL on failure) and every divisor ``b`` becomes ``NULLIF(b, 0)``;
-aggregates ignore the resulting NULLs.
+An expression that fails for some rows only — a CAST of a bad string, a division by a
+zero in one row, an integer overflow in ``age * K`` for large ages, a string column
+compared with a number — would let an analyst learn about the data from *whether* the
+query fails, for almost no budget (``CASE WHEN pid = 5 THEN age * K ELSE 0 END``
+binary-searches one person's age). So:
+
+* CASTs become TRY_CASTs and every divisor ``b`` becomes ``NULLIF(b, 0)``;
+* every analyst expression that is not obviously error-free (the WHERE predicate,
+  each group key, each aggregate's argument) is wrapped in ``TRY(...)``, which turns
+  any runtime error into NULL. Obviously error-free means: only columns, literals,
+  boolean logic and comparisons between a column and a literal (or column) of the
+  same type family per the catalog — those are left bare so the backend can still
+  push filters down.
+
+Aggregates ignore the NULLs; a NULL key becomes a group of its own; a NULL predicate
+drops the row.
 """
 
 from __future__ import annotations
@@ -12,24 +24,85 @@ from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
 
+_SIMPLE = (exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.And, exp.Or,
+           exp.Not, exp.Is, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In,
+           exp.Between, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Like, exp.ILike, exp.Tuple)
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between,
+                exp.NullSafeEQ, exp.NullSafeNEQ, exp.Like, exp.ILike)
+_FAMILY = {"int": "number", "float": "number", "string": "string", "bool": "bool",
+           "date": "date", "timestamp": "timestamp"}
 
-def guard_errors(expression: exp.Expression, plan: Plan) -> exp.Expression:
-    """Rewrites casts to TRY_CAST and guards every division and modulo.
 
-    >>> from sqlglot import parse_one
-    >>> guard_errors(parse_one("SELECT CAST(a AS INT) / (b - 1) FROM t"), None).sql()
-    'SELECT TRY_CAST(a AS INT) / NULLIF((b - 1), 0) FROM t'
+def guard_errors(expression: exp.Select, plan: Plan) -> exp.Select:
+    """Makes every analyst expression in the statistics query error-free.
+
+    >>> from dpsql.engine import _demo_plan
+    >>> from dpsql.rewrite.statistics_query import statistics_query
+    >>> plan = _demo_plan("SELECT SUM(age * 2) FROM pums WHERE CAST(educ AS INT) / age > 1")
+    >>> guard_errors(statistics_query(plan), plan).sql()
+    'SELECT SUM(TRY(age * 2)) AS __s0 FROM pums WHERE TRY(TRY_CAST(educ AS INT) / NULLIF(age, 0) > 1)'
     """
+    columns = {name: col.type for name, col in plan.table.columns.items()}
+    expression = expression.transform(_cast_and_divide)
 
-    def guard(node: exp.Expression) -> exp.Expression:
-        if type(node) is exp.Cast:
-            return exp.TryCast(this=node.this, to=node.to)
-        if isinstance(node, exp.Div | exp.IntDiv | exp.Mod):
-            divisor = node.expression
-            nonzero_literal = (isinstance(divisor, exp.Literal) and not divisor.is_string
-                               and float(divisor.this) != 0)
-            if not (isinstance(divisor, exp.Nullif) or nonzero_literal):
-                node.set("expression", exp.Nullif(this=divisor, expression=exp.Literal.number(0)))
-        return node
+    def guard(e: exp.Expression) -> exp.Expression:
+        return e if _error_free(e, columns) else exp.Try(this=e)
 
-    return expression.transform(guard)
+    where = expression.args.get("where")
+    if where is not None:
+        where.set("this", guard(where.this))
+    group = expression.args.get("group")
+    if group is not None:  # GROUP BY lists the keys in order, as the select list does
+        group.set("expressions", [guard(k.copy()) for k in group.expressions])
+    for item in expression.expressions:
+        name = item.alias_or_name
+        if name.startswith("__k"):
+            item.set("this", guard(item.this))
+        elif name.startswith("__s"):
+            agg = item.this
+            stat = plan.stat(name)
+            holder = agg.this if stat.center else agg  # SUM(arg - m): guard arg only
+            if holder.this is not None and not isinstance(holder.this, exp.Star):
+                holder.set("this", guard(holder.this))
+    return expression
+
+
+def _cast_and_divide(node: exp.Expression) -> exp.Expression:
+    if type(node) is exp.Cast:
+        return exp.TryCast(this=node.this, to=node.to)
+    if isinstance(node, exp.Div | exp.IntDiv | exp.Mod):
+        divisor = node.expression
+        nonzero_literal = (isinstance(divisor, exp.Literal) and not divisor.is_string
+                           and float(divisor.this) != 0)
+        if not (isinstance(divisor, exp.Nullif) or nonzero_literal):
+            node.set("expression", exp.Nullif(this=divisor, expression=exp.Literal.number(0)))
+    return node
+
+
+def _family(e: exp.Expression, columns: dict[str, str]) -> str | None:
+    if isinstance(e, exp.Column):
+        return _FAMILY[columns[e.name]]
+    if isinstance(e, exp.Literal):
+        return "string" if e.is_string else "number"
+    if isinstance(e, exp.Boolean):
+        return "bool"
+    return None  # NULL compares with anything
+
+
+def _error_free(e: exp.Expression, columns: dict[str, str]) -> bool:
+    for node in e.walk():
+        if not isinstance(node, _SIMPLE):
+            return False
+        if isinstance(node, _COMPARISONS):
+            operands = [node.this, *(node.args.get(k) for k in ("expression", "low", "high")),
+                        *node.expressions]
+            families = {_family(o, columns) for o in operands if o is not None}
+            families.discard(None)
+            if len(families) > 1:
+                return False
+            if isinstance(node, exp.Like | exp.ILike) and families != {"string"}:
+                return False
+            if not all(isinstance(o, exp.Column | exp.Literal | exp.Boolean | exp.Null)
+                       for o in operands if o is not None):
+                return False
+    return True

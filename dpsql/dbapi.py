@@ -1,0 +1,678 @@
+"""A DB-API 2.0 (PEP 249) interface to dpsql.
+
+Every ``execute`` answers one aggregate query with differential privacy and charges the
+connection's budget, exactly as :meth:`dpsql.Connection.execute` does. The privacy
+parameters of a query come, in this order of precedence, from the query's own BigQuery
+clause ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = ..., delta = ...,
+max_groups_contributed = ..., max_rows_contributed = ...)``, from the cursor's
+attributes ``epsilon``, ``delta``, ``max_groups`` and ``max_rows``, which a new cursor
+copies from its connection, and from :func:`connect`'s keyword arguments of the same
+names.
+
+>>> import duckdb
+>>> from dpsql import dbapi
+>>> from dpsql.datasets import load_pums, catalog_path
+>>> db = duckdb.connect(); load_pums(db)
+>>> conn = dbapi.connect(db, catalog_path("pums"), ledger=":memory:", epsilon=0.5)
+>>> cur = conn.cursor()
+>>> cur.execute("SELECT sex, COUNT(*) AS n FROM pums WHERE age >= ? GROUP BY sex", [18])
+<dpsql.dbapi.Cursor rowcount=2>
+>>> [d[0] for d in cur.description], cur.cost
+(['sex', 'n'], (0.5, 0.0))
+>>> [row[0] for row in cur.fetchall()]
+[0, 1]
+>>> cur.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.25) COUNT(*) FROM pums")
+<dpsql.dbapi.Cursor rowcount=1>
+>>> conn.budget.spent
+(0.75, 0.0)
+
+Transactions do not exist: :meth:`Connection.commit` and :meth:`Connection.rollback` do
+nothing, and in particular **a rollback never refunds budget** — every answered query
+has been released, so its charge is final.
+
+Errors are the PEP 249 classes below. Each error dpsql raises is re-raised as an
+instance of both its PEP 249 class and its original :mod:`dpsql.errors` class, so
+``except dbapi.OperationalError`` and ``except dpsql.BudgetExhaustedError`` both catch
+an exhausted budget. The mapping (:data:`ERROR_MAP`):
+
+* ``ParseError``, ``UnsupportedQueryError``, ``AnalysisError`` (``UnknownTableError``,
+  ``UnknownColumnError``, ``UnboundedExpressionError``) and ``PrivacyParameterError``
+  → :class:`ProgrammingError`: the query or its parameters must change;
+* ``BudgetExhaustedError``, ``BackendError`` and ``LedgerError`` →
+  :class:`OperationalError`: the query was fine, the situation was not;
+* ``CatalogError`` → :class:`InterfaceError`: the catalog is the interface's own
+  description of the database, set by the data owner, not by the query;
+* any other ``DpsqlError`` → :class:`DatabaseError`; an unexpected non-dpsql exception
+  from the engine → :class:`InternalError`.
+
+>>> try:
+...     cur.execute("SELECT COUNT(*) FROM nowhere")
+... except dbapi.ProgrammingError as exc:
+...     print(type(exc).__name__, isinstance(exc, dbapi.ProgrammingError))
+UnknownTableError True
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import math
+import numbers
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.duckdb import DuckDB
+from sqlglot.tokens import TokenType
+
+from dpsql import errors as _errors
+from dpsql.bigquery_options import lift_dp_options
+from dpsql.catalog import Catalog
+from dpsql.engine import Connection as _DpsqlConnection
+from dpsql.parse import parse as _parse
+from dpsql.result import Result
+
+#: PEP 249: the DB-API level supported.
+apilevel = "2.0"
+#: PEP 249: threads may share the module, but not connections.
+threadsafety = 1
+#: PEP 249: parameters are question marks, ``WHERE age > ?``.
+paramstyle = "qmark"
+
+
+# -- exceptions (PEP 249) -------------------------------------------------------------
+
+
+class Warning(Exception):  # the name is PEP 249's (it shadows the builtin here)
+    """Important warnings (PEP 249). dpsql raises none at present."""
+
+
+class Error(Exception):
+    """Base class of all other PEP 249 errors."""
+
+
+class InterfaceError(Error):
+    """An error of the interface rather than the database (closed objects, the catalog)."""
+
+
+class DatabaseError(Error):
+    """An error related to the database."""
+
+
+class DataError(DatabaseError):
+    """A problem with a value, e.g. a NaN or infinite query parameter."""
+
+
+class OperationalError(DatabaseError):
+    """The query cannot run now: budget exhausted, ledger unusable, backend failure."""
+
+
+class IntegrityError(DatabaseError):
+    """Relational integrity is affected (never raised: dpsql does not write)."""
+
+
+class InternalError(DatabaseError):
+    """An unexpected internal failure of the engine."""
+
+
+class ProgrammingError(DatabaseError):
+    """The query, its parameters or its privacy options must change."""
+
+
+class NotSupportedError(DatabaseError):
+    """A method or feature that dpsql does not support (e.g. ``executemany``)."""
+
+
+#: dpsql error class → PEP 249 class; the nearest entry in an error's MRO applies.
+ERROR_MAP: dict[type[_errors.DpsqlError], type[Error]] = {
+    _errors.ParseError: ProgrammingError,
+    _errors.UnsupportedQueryError: ProgrammingError,
+    _errors.AnalysisError: ProgrammingError,
+    _errors.PrivacyParameterError: ProgrammingError,
+    _errors.BudgetExhaustedError: OperationalError,
+    _errors.BackendError: OperationalError,
+    _errors.LedgerError: OperationalError,
+    _errors.CatalogError: InterfaceError,
+    _errors.DpsqlError: DatabaseError,
+}
+
+_BOTH: dict[type[_errors.DpsqlError], type] = {}
+
+
+def error_class(dpsql_class: type[_errors.DpsqlError]) -> type:
+    """The class raised for ``dpsql_class``: a subclass of it and of its PEP 249 class.
+
+    >>> cls = error_class(_errors.BudgetExhaustedError)
+    >>> issubclass(cls, OperationalError), issubclass(cls, _errors.BudgetExhaustedError)
+    (True, True)
+    """
+    cls = _BOTH.get(dpsql_class)
+    if cls is None:
+        pep = next(ERROR_MAP[c] for c in dpsql_class.__mro__ if c in ERROR_MAP)
+        cls = type(dpsql_class.__name__, (dpsql_class, pep), {
+            "__module__": __name__,
+            "__doc__": f"{dpsql_class.__doc__ or ''} (PEP 249: {pep.__name__})",
+        })
+        _BOTH[dpsql_class] = cls
+    return cls
+
+
+def _translate(exc: _errors.DpsqlError) -> Exception:
+    """The same error (message, attributes, traceback) as an instance of both classes."""
+    cls = error_class(type(exc))
+    new = cls.__new__(cls, *exc.args)
+    new.args = exc.args
+    new.__dict__.update(exc.__dict__)
+    return new.with_traceback(exc.__traceback__)
+
+
+@contextmanager
+def _translating() -> Iterator[None]:
+    try:
+        yield
+    except Error:
+        raise
+    except _errors.DpsqlError as exc:
+        raise _translate(exc) from exc.__cause__
+    except Exception as exc:
+        raise InternalError(f"unexpected {type(exc).__name__} in dpsql: {exc}") from exc
+
+
+# -- types and constructors (PEP 249) -------------------------------------------------
+
+
+class DBAPITypeObject:
+    """A PEP 249 type object: equal to every type code of its group.
+
+    Type codes in :attr:`Cursor.description` are DuckDB type names such as ``"BIGINT"``.
+
+    >>> NUMBER == "BIGINT", "VARCHAR" == STRING, DATETIME == "DOUBLE"
+    (True, True, False)
+    """
+
+    def __init__(self, *values: str):
+        self.values = frozenset(values)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DBAPITypeObject):
+            return self.values == other.values
+        return isinstance(other, str) and other.upper() in self.values
+
+    def __hash__(self) -> int:
+        return hash(self.values)
+
+    def __repr__(self) -> str:
+        return f"DBAPITypeObject{tuple(sorted(self.values))}"
+
+
+STRING = DBAPITypeObject("VARCHAR", "TEXT", "CHAR", "STRING", "ENUM", "UUID")
+BINARY = DBAPITypeObject("BLOB", "VARBINARY", "BINARY", "BYTEA")
+NUMBER = DBAPITypeObject(
+    "TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+    "UINT", "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "REAL", "DOUBLE", "DECIMAL",
+    "NUMERIC", "BOOLEAN",
+)
+DATETIME = DBAPITypeObject("DATE", "TIME", "TIMESTAMP", "TIMESTAMPTZ", "DATETIME", "INTERVAL")
+ROWID = DBAPITypeObject()
+
+Date = datetime.date
+Time = datetime.time
+Timestamp = datetime.datetime
+Binary = bytes
+
+
+def DateFromTicks(ticks: float) -> datetime.date:
+    """PEP 249: the local date of a Unix time."""
+    return Date(*time.localtime(ticks)[:3])
+
+
+def TimeFromTicks(ticks: float) -> datetime.time:
+    """PEP 249: the local time of day of a Unix time."""
+    return Time(*time.localtime(ticks)[3:6])
+
+
+def TimestampFromTicks(ticks: float) -> datetime.datetime:
+    """PEP 249: the local date and time of a Unix time."""
+    return Timestamp(*time.localtime(ticks)[:6])
+
+
+#: Catalog type → the DuckDB type name used as a type code.
+CATALOG_TYPE_CODES = {"int": "BIGINT", "float": "DOUBLE", "string": "VARCHAR",
+                      "bool": "BOOLEAN", "date": "DATE", "timestamp": "TIMESTAMP"}
+
+
+def _value_type_code(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "BOOLEAN"
+    if isinstance(value, numbers.Integral):
+        return "BIGINT"
+    if isinstance(value, decimal.Decimal):
+        return "DECIMAL"
+    if isinstance(value, numbers.Real):
+        return "DOUBLE"
+    if isinstance(value, str):
+        return "VARCHAR"
+    if isinstance(value, datetime.datetime):
+        return "TIMESTAMP"
+    if isinstance(value, datetime.date):
+        return "DATE"
+    if isinstance(value, datetime.time):
+        return "TIME"
+    if isinstance(value, bytes | bytearray):
+        return "BLOB"
+    return None
+
+
+# -- parameters -----------------------------------------------------------------------
+
+
+class _QmarkDuckDB(DuckDB):
+    """DuckDB's dialect, with the text position of each ``?`` kept on its node."""
+
+    class Parser(DuckDB.Parser):
+        PLACEHOLDER_PARSERS = {
+            **DuckDB.Parser.PLACEHOLDER_PARSERS,
+            TokenType.PLACEHOLDER:
+                lambda self: self.expression(exp.Placeholder()).update_positions(self._prev),
+        }
+
+
+def _literal(value: Any, position: int) -> exp.Expression:
+    if value is None or isinstance(value, bool | str | datetime.date | datetime.time):
+        return exp.convert(value)
+    if isinstance(value, numbers.Integral):
+        return exp.convert(int(value))
+    if isinstance(value, decimal.Decimal | numbers.Real):
+        finite = value.is_finite() if isinstance(value, decimal.Decimal) else math.isfinite(value)
+        if not finite:
+            raise DataError(f"parameter {position}: {value!r} is not a finite number")
+        return exp.convert(value if isinstance(value, decimal.Decimal) else float(value))
+    raise ProgrammingError(
+        f"parameter {position}: values of type {type(value).__name__} cannot be bound; "
+        "use None, bool, int, float, Decimal, str, date, time or datetime"
+    )
+
+
+def bind_parameters(sql: str, parameters: Sequence[Any] | None) -> str:
+    """Binds qmark parameters as SQL literals, through sqlglot's syntax tree.
+
+    Each ``?`` is replaced, in text order, by the literal of its value; the SQL is then
+    regenerated. Values never pass through string formatting, so quotes in a value
+    cannot end its literal.
+
+    Raises:
+        ProgrammingError: wrong number of parameters, a mapping or string given as the
+            parameters, named or numbered placeholders, a value of an unsupported type.
+        DataError: a NaN or infinite number.
+
+    >>> bind_parameters("SELECT COUNT(*) FROM t WHERE a = ? AND b > ?", ["O'Hara", 3])
+    "SELECT COUNT(*) FROM t WHERE a = 'O''Hara' AND b > 3"
+    >>> bind_parameters("SELECT COUNT(*) FROM t WHERE a = ?", [])
+    Traceback (most recent call last):
+    ...
+    dpsql.dbapi.ProgrammingError: the query has 1 '?' placeholder but 0 parameters were given
+    """
+    if parameters is None:
+        parameters = ()
+    if isinstance(parameters, str | bytes | Mapping) or not isinstance(parameters, Sequence):
+        raise ProgrammingError(
+            f"parameters must be a sequence (paramstyle 'qmark'), not {type(parameters).__name__}"
+        )
+    if not parameters and "?" not in sql and "$" not in sql and ":" not in sql:
+        return sql
+    with _translating():
+        _parse(sql)  # length, syntax and one statement, checked with dpsql's messages
+    try:
+        tree = sqlglot.parse_one(sql, read=_QmarkDuckDB)
+    except sqlglot.errors.SqlglotError as exc:
+        raise ProgrammingError(f"cannot parse SQL: {str(exc).splitlines()[0][:200]}") from None
+    holders = list(tree.find_all(exp.Placeholder, exp.Parameter))
+    named = [h for h in holders if not isinstance(h, exp.Placeholder) or h.this is not None]
+    if named:
+        raise ProgrammingError(
+            f"placeholder {named[0].sql(dialect='duckdb')!r}: only '?' parameters are "
+            "supported (paramstyle 'qmark')"
+        )
+    if len(holders) != len(parameters):
+        plural = "" if len(holders) == 1 else "s"
+        raise ProgrammingError(
+            f"the query has {len(holders)} '?' placeholder{plural} but {len(parameters)} "
+            "parameters were given"
+        )
+    if not holders:
+        return sql
+    holders.sort(key=lambda h: h.meta["start"])
+    for position, (holder, value) in enumerate(zip(holders, parameters, strict=True), 1):
+        holder.replace(_literal(value, position))
+    return tree.sql(dialect="duckdb")
+
+
+# -- connection -----------------------------------------------------------------------
+
+
+def connect(
+    database: Any,
+    catalog: Any,
+    budget: tuple[float, float] | None = None,
+    *,
+    ledger: Any = None,
+    analyst: str | None = None,
+    alpha: float = 0.05,
+    epsilon: float | None = None,
+    delta: float = 0.0,
+    max_groups: int | None = None,
+    max_rows: int | None = None,
+) -> Connection:
+    """Opens a DB-API connection; the arguments are those of :func:`dpsql.connect` plus
+    per-query defaults for its cursors.
+
+    Args:
+        database, catalog, budget, ledger, analyst, alpha: as for :func:`dpsql.connect`.
+        epsilon: default epsilon of each query (None: every query must set one).
+        delta: default delta of each query.
+        max_groups: default override of the tables' ``max_groups``.
+        max_rows: default override of the tables' ``max_rows``.
+
+    Raises:
+        InterfaceError: the catalog is malformed (also a ``CatalogError``).
+        OperationalError: the database or the ledger cannot be opened.
+        ProgrammingError: no budget anywhere, or an invalid one.
+    """
+    return Connection(database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha,
+                      epsilon=epsilon, delta=delta, max_groups=max_groups, max_rows=max_rows)
+
+
+class Connection:
+    """A PEP 249 connection around one :class:`dpsql.Connection`.
+
+    Attributes:
+        epsilon, delta, max_groups, max_rows: defaults copied by each new cursor.
+
+    The PEP 249 exception classes are also attributes (``conn.ProgrammingError``...).
+    Closing the connection (or leaving its ``with`` block) closes the dpsql connection;
+    every later operation on it or its cursors raises :class:`InterfaceError`.
+    """
+
+    Warning = Warning
+    Error = Error
+    InterfaceError = InterfaceError
+    DatabaseError = DatabaseError
+    DataError = DataError
+    OperationalError = OperationalError
+    IntegrityError = IntegrityError
+    InternalError = InternalError
+    ProgrammingError = ProgrammingError
+    NotSupportedError = NotSupportedError
+
+    def __init__(self, database: Any, catalog: Any, budget=None, *, ledger=None,
+                 analyst: str | None = None, alpha: float = 0.05,
+                 epsilon: float | None = None, delta: float = 0.0,
+                 max_groups: int | None = None, max_rows: int | None = None):
+        with _translating():
+            self._conn: _DpsqlConnection | None = _DpsqlConnection(
+                database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha)
+        self.epsilon = epsilon
+        self.delta = delta
+        self.max_groups = max_groups
+        self.max_rows = max_rows
+
+    def _open(self) -> _DpsqlConnection:
+        if self._conn is None:
+            raise InterfaceError("connection is closed")
+        return self._conn
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._conn is None
+
+    @property
+    def budget(self):
+        """The analyst's budget view: ``.spent`` and ``.remaining`` (epsilon, delta)."""
+        return self._open().budget
+
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog: the public description of the tables (never the data)."""
+        return self._open().catalog
+
+    @property
+    def analyst(self) -> str:
+        return self._open().analyst
+
+    def cursor(self) -> Cursor:
+        """A new cursor, with this connection's privacy defaults."""
+        self._open()
+        return Cursor(self)
+
+    def commit(self) -> None:
+        """Does nothing: each query's charge is recorded in the ledger when it runs."""
+        self._open()
+
+    def rollback(self) -> None:
+        """Does nothing, and in particular refunds no budget: released answers stay spent."""
+        self._open()
+
+    def close(self) -> None:
+        """Closes the dpsql connection; closing again does nothing."""
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            with _translating():
+                conn.close()
+
+    def __enter__(self) -> Connection:
+        self._open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<dpsql.dbapi.Connection {'closed' if self.closed else 'open'}>"
+
+
+# -- cursor ---------------------------------------------------------------------------
+
+
+class Cursor:
+    """A PEP 249 cursor: each :meth:`execute` is one private, charged query.
+
+    Attributes:
+        epsilon, delta, max_groups, max_rows: this cursor's privacy options (copied from
+            the connection when the cursor is made); a query's ``WITH
+            DIFFERENTIAL_PRIVACY OPTIONS`` clause overrides them for that query.
+        arraysize: rows fetched by :meth:`fetchmany` by default (1).
+        accuracy: after execute, per row the half-widths of the cells' confidence
+            intervals (None for exact cells), as ``Result.accuracy``.
+        cost: after execute, the (epsilon, delta) the query spent.
+        result: after execute, the whole :class:`dpsql.Result`.
+    """
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self.arraysize = 1
+        self.epsilon = connection.epsilon
+        self.delta = connection.delta
+        self.max_groups = connection.max_groups
+        self.max_rows = connection.max_rows
+        self.lastrowid = None
+        self._closed = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.result: Result | None = None
+        self.description: tuple[tuple, ...] | None = None
+        self.rowcount = -1
+        self.accuracy: list[tuple] | None = None
+        self.cost: tuple[float, float] | None = None
+        self._rows: list[tuple] = []
+        self._next = 0
+
+    def _check(self) -> _DpsqlConnection:
+        if self._closed:
+            raise InterfaceError("cursor is closed")
+        return self.connection._open()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or self.connection.closed
+
+    def execute(self, operation: str, parameters: Sequence[Any] | None = None) -> Cursor:
+        """Answers one query with differential privacy and charges its cost.
+
+        Args:
+            operation: one aggregate SELECT, optionally with BigQuery's ``WITH
+                DIFFERENTIAL_PRIVACY OPTIONS (...)`` after ``SELECT``.
+            parameters: values for the query's ``?`` placeholders, in order.
+
+        Returns:
+            This cursor.
+
+        Raises:
+            ProgrammingError, OperationalError, ...: see the module's error mapping.
+        """
+        conn = self._check()
+        self._reset()
+        if not isinstance(operation, str):
+            raise ProgrammingError(f"the query must be a string, not {type(operation).__name__}")
+        with _translating():
+            sql, options = lift_dp_options(operation)
+        sql = bind_parameters(sql, parameters)
+        epsilon = options.get("epsilon", self.epsilon)
+        if epsilon is None:
+            raise error_class(_errors.PrivacyParameterError)(
+                "no epsilon for this query: set cursor.epsilon, connect(epsilon=...), or "
+                "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = ...)"
+            )
+        delta = options.get("delta", self.delta)
+        with _translating():
+            result = conn.execute(
+                sql, epsilon=epsilon, delta=0.0 if delta is None else delta,
+                max_groups=options.get("max_groups", self.max_groups),
+                max_rows=options.get("max_rows", self.max_rows),
+            )
+        self.result = result
+        self._rows = [tuple(r) for r in result.rows]
+        self.rowcount = len(self._rows)
+        self.accuracy = list(result.accuracy)
+        self.cost = result.cost
+        self.description = self._describe(sql, result, conn.catalog)
+        return self
+
+    def executemany(self, operation: str, seq_of_parameters: Any) -> None:
+        """Refused: each parameter set would be a separate private query with its own cost.
+
+        Raises:
+            NotSupportedError: always.
+        """
+        self._check()
+        raise NotSupportedError(
+            "executemany is not supported: every execution is a separate private query "
+            "charged to the budget; call execute once per query you mean to pay for"
+        )
+
+    def fetchone(self) -> tuple | None:
+        """The next row, or None when no rows are left."""
+        self._results()
+        if self._next >= len(self._rows):
+            return None
+        self._next += 1
+        return self._rows[self._next - 1]
+
+    def fetchmany(self, size: int | None = None) -> list[tuple]:
+        """Up to ``size`` (default :attr:`arraysize`) next rows."""
+        self._results()
+        size = self.arraysize if size is None else size
+        rows = self._rows[self._next:self._next + max(int(size), 0)]
+        self._next += len(rows)
+        return rows
+
+    def fetchall(self) -> list[tuple]:
+        """All remaining rows."""
+        self._results()
+        rows = self._rows[self._next:]
+        self._next = len(self._rows)
+        return rows
+
+    def _results(self) -> None:
+        self._check()
+        if self.result is None:
+            raise ProgrammingError("no result set: execute a query first")
+
+    def setinputsizes(self, sizes: Any) -> None:
+        """Does nothing (PEP 249)."""
+
+    def setoutputsize(self, size: Any, column: Any = None) -> None:
+        """Does nothing (PEP 249)."""
+
+    setoutputsizes = setoutputsize
+
+    def close(self) -> None:
+        """Closes the cursor; closing again does nothing."""
+        self._closed = True
+        self._rows = []
+
+    def __iter__(self) -> Cursor:
+        return self
+
+    def __next__(self) -> tuple:
+        row = self.fetchone()
+        if row is None:
+            raise StopIteration
+        return row
+
+    def __enter__(self) -> Cursor:
+        self._check()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"rowcount={self.rowcount}"
+        return f"<dpsql.dbapi.Cursor {state}>"
+
+    @staticmethod
+    def _describe(sql: str, result: Result, catalog: Catalog) -> tuple[tuple, ...]:
+        """7-tuples (name, type_code, None, None, None, None, None) for the result."""
+        codes: list[str | None] = []
+        for i in range(len(result.columns)):
+            values = (row[i] for row in result.rows if row[i] is not None)
+            codes.append(_value_type_code(next(values, None)))
+        if None in codes:  # a column without values: its type from the query and catalog
+            static = _static_type_codes(sql, catalog)
+            if len(static) == len(codes):
+                codes = [c or s for c, s in zip(codes, static, strict=True)]
+        return tuple((name, code, None, None, None, None, None)
+                     for name, code in zip(result.columns, codes, strict=True))
+
+
+def _static_type_codes(sql: str, catalog: Catalog) -> list[str | None]:
+    """The select list's types by sqlglot's type inference over the catalog's types."""
+    from sqlglot.optimizer.annotate_types import annotate_types
+    from sqlglot.optimizer.qualify import qualify
+
+    schema = {name: {c.name: CATALOG_TYPE_CODES[c.type] for c in table.columns.values()}
+              for name, table in catalog.tables.items()}
+    try:
+        tree = qualify(sqlglot.parse_one(sql, read="duckdb"), schema=schema, dialect="duckdb")
+        tree = annotate_types(tree, schema=schema, dialect="duckdb")
+    except Exception:  # inference is a nicety; the answer itself stands
+        return []
+    codes: list[str | None] = []
+    for e in tree.expressions:
+        kind = e.type.this if e.type is not None else exp.DataType.Type.UNKNOWN
+        codes.append(None if kind == exp.DataType.Type.UNKNOWN else kind.value)
+    return codes
+
+
+__all__ = [
+    "BINARY", "DATETIME", "NUMBER", "ROWID", "STRING", "Binary", "Connection", "Cursor",
+    "DataError", "DatabaseError", "Date", "DateFromTicks", "Error", "IntegrityError",
+    "InterfaceError", "InternalError", "NotSupportedError", "OperationalError",
+    "ProgrammingError", "Time", "TimeFromTicks", "Timestamp", "TimestampFromTicks", "Warning",
+    "apilevel", "bind_parameters", "connect", "error_class", "paramstyle", "threadsafety",
+]
