@@ -24,8 +24,8 @@ from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
 
-_SIMPLE = (exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.And, exp.Or,
-           exp.Not, exp.Is, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In,
+_SIMPLE = (exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.And,
+           exp.Or, exp.Not, exp.Is, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In,
            exp.Between, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Like, exp.ILike, exp.Tuple)
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between,
                 exp.NullSafeEQ, exp.NullSafeNEQ, exp.Like, exp.ILike)
@@ -39,8 +39,12 @@ def guard_errors(expression: exp.Select, plan: Plan) -> exp.Select:
     >>> from dpsql.engine import _demo_plan
     >>> from dpsql.rewrite.statistics_query import statistics_query
     >>> plan = _demo_plan("SELECT SUM(age * 2) FROM pums WHERE CAST(educ AS INT) / age > 1")
-    >>> guard_errors(statistics_query(plan), plan).sql()
-    'SELECT SUM(TRY(age * 2)) AS __s0 FROM pums WHERE TRY(TRY_CAST(educ AS INT) / NULLIF(age, 0) > 1)'
+    >>> print(guard_errors(statistics_query(plan), plan).sql(pretty=True))
+    SELECT
+      SUM(TRY(age * 2)) AS __s0
+    FROM pums
+    WHERE
+      TRY(TRY_CAST(educ AS INT) / NULLIF(age, 0) > 1)
     """
     columns = {name: col.type for name, col in plan.table.columns.items()}
     expression = expression.transform(_cast_and_divide)
