@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import getpass
+import math
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ def connect(
     ledger: str | Path | Ledger | None = None,
     analyst: str | None = None,
     alpha: float = 0.05,
+    mechanism: str = "laplace",
 ) -> Connection:
     """Opens a private connection.
 
@@ -75,6 +77,8 @@ def connect(
             only as long as this connection, or a :class:`~dpsql.ledger.Ledger`.
         analyst: whose per-analyst budget applies (default: the OS user name).
         alpha: error bars are ``1 − alpha`` confidence intervals (default 95%).
+        mechanism: default noise, ``"laplace"`` (ε-DP per statistic) or ``"gaussian"``
+            (zCDP; cheaper for queries with many aggregates; needs δ > 0).
 
     Raises:
         CatalogError: the catalog is malformed.
@@ -82,7 +86,8 @@ def connect(
         LedgerError: the ledger cannot be opened, or is not a dpsql ledger.
         PrivacyParameterError: no budget anywhere, or an invalid one.
     """
-    return Connection(database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha)
+    return Connection(database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha,
+                      mechanism=mechanism)
 
 
 def default_ledger_path(database: Any) -> Path:
@@ -110,13 +115,18 @@ class Connection:
     """
 
     def __init__(self, database: Any, catalog: Any, budget=None, *, ledger=None,
-                 analyst: str | None = None, alpha: float = 0.05):
+                 analyst: str | None = None, alpha: float = 0.05,
+                 mechanism: str = "laplace"):
         self._catalog = load_catalog(catalog)
         if budget is not None and not (isinstance(budget, tuple | list) and len(budget) == 2):
             raise PrivacyParameterError(f"budget must be an (epsilon, delta) pair, got {budget!r}")
         if not 0 < alpha < 1:
             raise PrivacyParameterError(f"alpha must be in (0, 1), got {alpha}")
+        if mechanism not in ("laplace", "gaussian"):
+            raise PrivacyParameterError(
+                f"mechanism must be 'laplace' or 'gaussian', got {mechanism!r}")
         self._alpha = alpha
+        self._mechanism = mechanism
         self._analyst = analyst or _os_user()
         self._dataset = self._catalog.dataset
         self._owns_ledger = not isinstance(ledger, Ledger)
@@ -165,15 +175,20 @@ class Connection:
         delta: float = 0.0,
         max_groups: int | None = None,
         max_rows: int | None = None,
+        mechanism: str | None = None,
+        alpha: float | None = None,
     ) -> Result:
         """Answers one aggregate query with (epsilon, delta)-DP and charges the budget.
 
         Args:
             sql: one SELECT over a catalog table.
             epsilon: the query's total epsilon, split across its noisy statistics.
-            delta: the query's delta; needed (> 0) when group keys come from the data.
+            delta: the query's delta; needed (> 0) when group keys come from the data
+                or with Gaussian noise.
             max_groups: override of the table's ``max_groups`` for this query.
             max_rows: override of the table's ``max_rows`` for this query.
+            mechanism: ``"laplace"`` or ``"gaussian"`` (default: the connection's).
+            alpha: error bars are ``1 − alpha`` intervals (default: the connection's).
 
         Raises:
             DpsqlError subclasses; only :class:`~dpsql.errors.BackendError` comes after
@@ -183,14 +198,16 @@ class Connection:
             raise DpsqlError("connection is closed")
         text = sql if isinstance(sql, str) else repr(sql)
         try:
-            plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows)
+            alpha = self._check_alpha(alpha)
+            plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
+                                                      mechanism)
             if plan.stats or plan.selection is not None:
                 backend.check(expression)
         except DpsqlError as exc:
             self._ledger.refuse(self._dataset, self._analyst, text,
                                 f"{type(exc).__name__}: {exc}")
             raise
-        charge = self._ledger.charge(self._dataset, self._analyst, Cost(*plan.cost), text,
+        charge = self._ledger.charge(self._dataset, self._analyst, plan.charge, text,
                                      self._cap)
         try:
             if plan.stats or plan.selection is not None:
@@ -198,7 +215,7 @@ class Connection:
             else:  # only public keys are released: no data needed
                 columns, rows = [k.name for k in plan.keys], []
             noisy = add_noise(plan, columns, rows)
-            answer = postprocess(plan, noisy, self._alpha)
+            answer = postprocess(plan, noisy, alpha)
         except BaseException as exc:
             self._ledger.finish(charge, "failed", type(exc).__name__)
             raise
@@ -209,8 +226,8 @@ class Connection:
             accuracy=answer.accuracy,
             cost=plan.cost,
             sql=backend.to_sql(expression),
-            alpha=self._alpha,
-            split=_split(plan, self._alpha),
+            alpha=alpha,
+            split=_split(plan, alpha),
             notes=tuple(plan.notes),
         )
 
@@ -221,9 +238,13 @@ class Connection:
         delta: float = 0.0,
         max_groups: int | None = None,
         max_rows: int | None = None,
+        mechanism: str | None = None,
+        alpha: float | None = None,
     ) -> Explanation:
         """Shows the rewritten SQL, sensitivities, noise and predicted error; spends nothing."""
-        plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows)
+        alpha = self._check_alpha(alpha)
+        plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
+                                                  mechanism)
         selection = None
         if plan.selection is not None:
             eps, dlt = plan.selection.privacy_map()
@@ -231,14 +252,66 @@ class Connection:
                          "scale": plan.selection.noise.scale}
         return Explanation(
             sql=backend.to_sql(expression),
-            statistics=_split(plan, self._alpha),
+            statistics=_split(plan, alpha),
             partition_selection=selection,
             cost=plan.cost,
             max_groups=plan.max_groups,
             max_rows=plan.max_rows,
-            alpha=self._alpha,
+            alpha=alpha,
+            mechanism=plan.mechanism,
+            rho=plan.rho,
             notes=tuple(plan.notes),
         )
+
+    def epsilon_for(
+        self,
+        sql: str,
+        half_width: float,
+        delta: float = 0.0,
+        column: str | None = None,
+        max_groups: int | None = None,
+        max_rows: int | None = None,
+        mechanism: str | None = None,
+        alpha: float | None = None,
+    ) -> float:
+        """The smallest ε at which every noisy statistic's error bar is <= ``half_width``.
+
+        The inverse of :meth:`explain`: with ``column``, only the statistics behind that
+        output column count (for an AVG, its noisy sum and count). Spends nothing.
+
+        Raises:
+            PrivacyParameterError: no ε up to 10⁶ reaches the target.
+        """
+        if not half_width > 0:
+            raise PrivacyParameterError(f"half_width must be positive, got {half_width}")
+        alpha = self._check_alpha(alpha)
+
+        def worst(eps: float) -> float:
+            plan, _, _ = self._prepare(sql, eps, delta, max_groups, max_rows, mechanism)
+            names = [s.name for s in plan.stats]
+            if column is not None:
+                out = [o for o in plan.outputs if o.name == column]
+                if not out:
+                    raise PrivacyParameterError(
+                        f"no output column {column!r}; the columns are "
+                        f"{', '.join(o.name for o in plan.outputs)}")
+                names = sorted({s for c in plan.cells if c.name in out[0].cells
+                                for s in c.stats})
+            return max((stat_half_width(plan, n, alpha) for n in names), default=0.0)
+
+        low, high = 1e-6, 1e6
+        if worst(high) > half_width:
+            raise PrivacyParameterError(
+                f"no epsilon up to {high:g} gives half-widths <= {half_width:g}")
+        for _ in range(60):
+            mid = math.sqrt(low * high)
+            if worst(mid) <= half_width:
+                high = mid
+            else:
+                low = mid
+            if high / low < 1 + 1e-4:
+                break
+        return high
 
     def close(self) -> None:
         """Closes the backend connection (and its ledger); further queries raise an error."""
@@ -261,12 +334,20 @@ class Connection:
 
     # -- pipeline ---------------------------------------------------------------------
 
-    def _prepare(self, sql, epsilon, delta, max_groups, max_rows):
+    def _check_alpha(self, alpha: float | None) -> float:
+        if alpha is None:
+            return self._alpha
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
+            raise PrivacyParameterError(f"alpha must be in (0, 1), got {alpha!r}")
+        return float(alpha)
+
+    def _prepare(self, sql, epsilon, delta, max_groups, max_rows, mechanism=None):
         backend = self._backend
         if backend is None:
             raise DpsqlError("connection is closed")
         select = validate(parse(sql))
-        plan = analyze(select, self._catalog, epsilon, delta, max_groups, max_rows)
+        plan = analyze(select, self._catalog, epsilon, delta, max_groups, max_rows,
+                       mechanism=mechanism or self._mechanism)
         self._check_schema(plan.table, backend)
         return plan, rewrite(plan), backend
 
@@ -303,6 +384,13 @@ def _os_user() -> str:
         return "default"
 
 
+def _mechanism_name(stat) -> str:
+    kind = type(stat.mechanism).__name__
+    return {"DiscreteLaplace": "discrete Laplace", "GridLaplace": "grid Laplace",
+            "DiscreteGaussian": "discrete Gaussian", "GridGaussian": "grid Gaussian",
+            "Constant": "none (constant)"}.get(kind, kind)
+
+
 def _split(plan: Plan, alpha: float) -> list[dict]:
     out = []
     for s in plan.stats:
@@ -312,7 +400,8 @@ def _split(plan: Plan, alpha: float) -> list[dict]:
             "linf": s.linf,
             "l1": s.linf * plan.max_groups,
             "epsilon": s.epsilon,
-            "mechanism": "discrete Laplace" if s.integer else "grid Laplace",
+            "rho": s.rho,
+            "mechanism": _mechanism_name(s),
             "scale": s.mechanism.scale,
             "half_width": stat_half_width(plan, s.name, alpha),
         })

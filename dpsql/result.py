@@ -104,11 +104,15 @@ class Explanation:
     max_rows: int
     alpha: float = 0.05
     notes: tuple[str, ...] = ()
+    mechanism: str = "laplace"
+    rho: float | None = None
 
     def __str__(self) -> str:
         conf = f"±{100 * (1 - self.alpha):g}%"
+        share = "rho" if self.mechanism == "gaussian" else "epsilon"
         body = [[s["name"], s["statistic"], f"{s['linf']:g}", f"{s['l1']:g}",
-                 f"{s['epsilon']:.4g}", s["mechanism"], f"{s['scale']:.4g}",
+                 f"{(s['rho'] if share == 'rho' and s['rho'] is not None else s['epsilon']):.4g}",
+                 s["mechanism"], f"{s['scale']:.4g}",
                  f"{s['half_width']:,.4g}"] for s in self.statistics]
         parts = [
             "Rewritten SQL:",
@@ -116,14 +120,15 @@ class Explanation:
             "",
             f"Contribution bounds: max_groups={self.max_groups}, max_rows={self.max_rows}",
             "",
-            _table(["name", "statistic", "L∞", "L1", "epsilon", "mechanism", "scale", conf],
+            _table(["name", "statistic", "L∞", "L1", share, "mechanism", "scale", conf],
                    body),
         ]
         if self.partition_selection:
             ps = self.partition_selection
             parts += ["", f"Partition selection: keys need a noisy user count >= "
                       f"{ps['threshold']} (epsilon={ps['epsilon']:.4g}, delta={ps['delta']:g})"]
-        parts += ["", f"Cost: epsilon={self.cost[0]:g}, delta={self.cost[1]:g}"]
+        parts += ["", f"Cost: epsilon={self.cost[0]:g}, delta={self.cost[1]:g}"
+                  + (f" (zCDP rho={self.rho:.4g})" if self.rho is not None else "")]
         parts += [f"Note: {n}" for n in self.notes]
         return "\n".join(parts)
 

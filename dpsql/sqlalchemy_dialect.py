@@ -254,9 +254,8 @@ def _number(key: str, text: str, kind: type) -> Any:
     try:
         return kind(text)
     except (TypeError, ValueError):
-        raise sa_exc.ArgumentError(
-            f"dpsql URL parameter {key}={text!r} is not {'an integer' if kind is int else 'a number'}"
-        ) from None
+        what = "an integer" if kind is int else "a number"
+        raise sa_exc.ArgumentError(f"dpsql URL parameter {key}={text!r} is not {what}") from None
 
 
 def _column_comment(col) -> str | None:

@@ -31,6 +31,7 @@ from dpsql.errors import (
     UnsupportedQueryError,
 )
 from dpsql.mechanisms import Constant, LaplaceThreshold, laplace
+from dpsql.mechanisms.gaussian import gaussian, rho_for
 from dpsql.validate import AGGREGATES
 
 #: Largest number of group keys released from public domains in one query.
@@ -50,6 +51,7 @@ def analyze(
     max_groups: int | None = None,
     max_rows: int | None = None,
     seed: int | None = None,
+    mechanism: str = "laplace",
 ) -> Plan:
     """Builds the plan of one validated SELECT.
 
@@ -61,12 +63,18 @@ def analyze(
         max_groups: per-query override of the table's ``max_groups``.
         max_rows: per-query override of the table's ``max_rows``.
         seed: seed of the L0 sampling order (tests); random by default.
+        mechanism: ``laplace`` (pure ε-DP statistics) or ``gaussian`` (zCDP; needs δ).
 
     Raises:
         UnknownTableError, UnknownColumnError, UnboundedExpressionError,
         UnsupportedQueryError, PrivacyParameterError.
     """
     epsilon, delta = _privacy_parameters(epsilon, delta)
+    if mechanism not in ("laplace", "gaussian"):
+        raise PrivacyParameterError(
+            f"mechanism must be 'laplace' or 'gaussian', got {mechanism!r}")
+    if mechanism == "gaussian" and delta <= 0:
+        raise PrivacyParameterError("gaussian noise needs delta > 0 (e.g. delta=1e-6)")
     table, alias = _table(select, catalog)
     if table.public:
         raise UnsupportedQueryError(
@@ -146,14 +154,29 @@ def analyze(
         # no user can change it (e.g. SUM(0)): released exactly, at no cost
         s.mechanism = Constant()
         noised.remove(s)
-    shares = len(noised) + (1 if keys and not public else 0)
-    share = epsilon / shares if shares else 0.0
-    for s in noised:
-        s.epsilon = share
-        s.mechanism = laplace(s.linf, G_eff, share, s.integer)
-    if keys and not public:
-        selection = LaplaceThreshold(share, delta, G_eff)
-        users.epsilon = share
+    selecting = bool(keys) and not public
+    shares = len(noised) + (1 if selecting else 0)
+    rho_total = None
+    if mechanism == "laplace":
+        share = epsilon / shares if shares else 0.0
+        for s in noised:
+            s.epsilon = share
+            s.mechanism = laplace(s.linf, G_eff, share, s.integer)
+        selection_eps, selection_delta = share, delta
+    else:
+        # δ is split between partition selection and the zCDP conversion; ρ is the
+        # largest whose conversion at that δ stays within ε, shared equally; the
+        # selection's ε-DP part counts as ε²/2 of ρ
+        selection_delta = delta / 2 if selecting else 0.0
+        rho_total = rho_for(epsilon, delta - selection_delta) if shares else 0.0
+        rho_share = rho_total / shares if shares else 0.0
+        for s in noised:
+            s.rho = rho_share
+            s.mechanism = gaussian(s.linf, G_eff, rho_share, s.integer)
+        selection_eps = math.sqrt(2 * rho_share)
+    if selecting:
+        selection = LaplaceThreshold(selection_eps, selection_delta, G_eff)
+        users.epsilon = selection_eps
         users.mechanism = selection.noise
 
     plan = Plan(
@@ -172,9 +195,11 @@ def analyze(
         max_rows=R,
         bound_groups=bound,
         epsilon=epsilon,
-        delta=delta if selection is not None else 0.0,
+        delta=delta if selection is not None or mechanism == "gaussian" else 0.0,
         selection=selection,
         seed=secrets.randbits(31) if seed is None else seed,
+        mechanism=mechanism,
+        rho=rho_total,
     )
     if selection is not None and any(c.stats == ("__users",) for c in a.cells):
         plan.notes.append(

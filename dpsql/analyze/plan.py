@@ -9,7 +9,9 @@ from sqlglot import exp
 
 from dpsql.analyze.bounds import Interval
 from dpsql.catalog import Table
+from dpsql.accounting import Cost
 from dpsql.mechanisms import DiscreteLaplace, GridLaplace, LaplaceThreshold
+from dpsql.mechanisms.gaussian import DiscreteGaussian, GridGaussian
 
 
 @dataclass
@@ -25,7 +27,8 @@ class Statistic:
         integer: whether every value is whole (then discrete noise).
         nullable: whether the per-row value may be NULL (the clamp must keep NULLs).
         linf: per-group sensitivity (see :mod:`dpsql.analyze.sensitivity`).
-        epsilon: the share of the query's budget spent on this statistic.
+        epsilon: the share of the query's ε spent on this statistic (Laplace).
+        rho: the share of the query's ρ spent on this statistic (Gaussian).
         mechanism: the calibrated noise.
     """
 
@@ -38,7 +41,8 @@ class Statistic:
     nullable: bool = False
     linf: float = 0
     epsilon: float = 0.0
-    mechanism: DiscreteLaplace | GridLaplace | None = None
+    rho: float | None = None
+    mechanism: DiscreteLaplace | GridLaplace | DiscreteGaussian | GridGaussian | None = None
 
     @property
     def label(self) -> str:
@@ -114,6 +118,8 @@ class Plan:
     delta: float
     selection: LaplaceThreshold | None = None
     seed: int = 0
+    mechanism: str = "laplace"
+    rho: float | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -137,4 +143,13 @@ class Plan:
         """The (epsilon, delta) this query spends; 0 when nothing is noised."""
         if not self.stats and self.selection is None:
             return (0.0, 0.0)
-        return (self.epsilon, self.delta if self.selection is not None else 0.0)
+        return (self.epsilon, self.delta)
+
+    @property
+    def charge(self) -> Cost:
+        """The cost as the ledger records it, with its zCDP view."""
+        eps, delta = self.cost
+        if self.mechanism == "gaussian" and (eps, delta) != (0.0, 0.0):
+            ps_delta = self.selection.delta if self.selection is not None else 0.0
+            return Cost(eps, delta, rho=self.rho, rho_delta=ps_delta)
+        return Cost(eps, delta)
