@@ -22,9 +22,9 @@ from typing import Any
 
 import duckdb
 
-from dpsql.accounting import Cost
 from dpsql.analyze import Plan, analyze
 from dpsql.backends import Backend, open_backend
+from dpsql.bigquery_options import lift_dp_options
 from dpsql.catalog import Catalog, Table, load_catalog
 from dpsql.errors import (
     CatalogError,
@@ -36,7 +36,7 @@ from dpsql.errors import (
 from dpsql.ledger import ALL, BudgetView, Ledger
 from dpsql.noise import add_noise
 from dpsql.parse import parse
-from dpsql.postprocess import postprocess, stat_half_width
+from dpsql.postprocess import check_postprocess, postprocess, stat_half_width
 from dpsql.result import Explanation, Result
 from dpsql.rewrite import rewrite
 from dpsql.validate import validate
@@ -171,8 +171,8 @@ class Connection:
     def execute(
         self,
         sql: str,
-        epsilon: float,
-        delta: float = 0.0,
+        epsilon: float | None = None,
+        delta: float | None = None,
         max_groups: int | None = None,
         max_rows: int | None = None,
         mechanism: str | None = None,
@@ -181,10 +181,13 @@ class Connection:
         """Answers one aggregate query with (epsilon, delta)-DP and charges the budget.
 
         Args:
-            sql: one SELECT over a catalog table.
+            sql: one SELECT over a catalog table. It may carry its own parameters in
+                BigQuery's syntax, ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon
+                = 0.5, delta = 1e-6, max_groups_contributed = 2) ...``; those win over
+                the arguments.
             epsilon: the query's total epsilon, split across its noisy statistics.
-            delta: the query's delta; needed (> 0) when group keys come from the data
-                or with Gaussian noise.
+            delta: the query's delta (default 0); needed (> 0) when group keys come from
+                the data or with Gaussian noise.
             max_groups: override of the table's ``max_groups`` for this query.
             max_rows: override of the table's ``max_rows`` for this query.
             mechanism: ``"laplace"`` or ``"gaussian"`` (default: the connection's).
@@ -199,10 +202,11 @@ class Connection:
         text = sql if isinstance(sql, str) else repr(sql)
         try:
             alpha = self._check_alpha(alpha)
+            sql, epsilon, delta, max_groups, max_rows = _options(
+                sql, epsilon, delta, max_groups, max_rows)
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
                                                       mechanism)
-            if plan.stats or plan.selection is not None:
-                backend.check(expression)
+            self._check(plan, expression, backend)
         except DpsqlError as exc:
             self._ledger.refuse(self._dataset, self._analyst, text,
                                 f"{type(exc).__name__}: {exc}")
@@ -234,8 +238,8 @@ class Connection:
     def explain(
         self,
         sql: str,
-        epsilon: float,
-        delta: float = 0.0,
+        epsilon: float | None = None,
+        delta: float | None = None,
         max_groups: int | None = None,
         max_rows: int | None = None,
         mechanism: str | None = None,
@@ -243,6 +247,8 @@ class Connection:
     ) -> Explanation:
         """Shows the rewritten SQL, sensitivities, noise and predicted error; spends nothing."""
         alpha = self._check_alpha(alpha)
+        sql, epsilon, delta, max_groups, max_rows = _options(
+            sql, epsilon, delta, max_groups, max_rows)
         plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
                                                   mechanism)
         selection = None
@@ -334,6 +340,16 @@ class Connection:
 
     # -- pipeline ---------------------------------------------------------------------
 
+    def _check(self, plan: Plan, expression, backend: Backend) -> None:
+        """Everything the backend and post-processing would refuse, found before charging."""
+        if plan.stats or plan.selection is not None:
+            schema = backend.check(expression)
+            key_types = [t for name, t in schema if name.startswith("__k")]
+        else:
+            key_types = ["VARCHAR" if k.domain and isinstance(k.domain[0], str) else "DOUBLE"
+                         for k in plan.keys]
+        check_postprocess(plan, key_types)
+
     def _check_alpha(self, alpha: float | None) -> float:
         if alpha is None:
             return self._alpha
@@ -375,6 +391,21 @@ class Connection:
                     f"{col.type} but the database column is {actual[col.name]}"
                 )
         self._schemas_ok.add(table.name)
+
+
+def _options(sql, epsilon, delta, max_groups, max_rows):
+    """Applies a BigQuery ``WITH DIFFERENTIAL_PRIVACY OPTIONS`` clause over the arguments."""
+    if isinstance(sql, str):
+        sql, options = lift_dp_options(sql)
+        epsilon = options.get("epsilon", epsilon)
+        delta = options.get("delta", delta)
+        max_groups = options.get("max_groups", max_groups)
+        max_rows = options.get("max_rows", max_rows)
+    if epsilon is None:
+        raise PrivacyParameterError(
+            "no epsilon: pass epsilon=... or write SELECT WITH DIFFERENTIAL_PRIVACY "
+            "OPTIONS (epsilon = ...)")
+    return sql, epsilon, 0.0 if delta is None else delta, max_groups, max_rows
 
 
 def _os_user() -> str:

@@ -86,6 +86,13 @@ class LedgerError(DpsqlError):
     stage = "charge"
 
 
+class PostprocessError(DpsqlError):
+    """Post-processing the noisy answer failed; the query keeps its charge."""
+
+    stage = "post-process"
+    charged = True
+
+
 class BackendError(DpsqlError):
     """The backend failed while running the rewritten query.
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.analyze.plan import Cell, Plan
+from dpsql.errors import PostprocessError, UnsupportedQueryError
 from dpsql.noise import NoisyGroups
 
 ROW_ID = "__rid"
@@ -60,23 +61,13 @@ def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
     data.update(cells)
     table = pa.table(data) if n else _empty_table(plan)
 
-    query = exp.select(
-        *(exp.alias_(o.expr.copy(), o.name, quoted=True) for o in plan.outputs),
-        exp.column(ROW_ID),
-    ).from_("__noisy")
-    if plan.having is not None:
-        query = query.where(plan.having.copy())
-    if plan.order is not None:
-        query.set("order", plan.order.copy())
-    if plan.limit is not None:
-        query = query.limit(plan.limit.copy())
-    if plan.offset is not None:
-        query = query.offset(plan.offset.copy())
-
     con = duckdb.connect(":memory:", config={"enable_external_access": False})
     try:
         con.register("__noisy", table)
-        result = con.execute(query.sql(dialect="duckdb")).fetchall()
+        result = con.execute(postprocess_query(plan).sql(dialect="duckdb")).fetchall()
+    except duckdb.Error as exc:  # depends on noisy values only; the charge is kept
+        raise PostprocessError(
+            f"post-processing the noisy answer failed ({type(exc).__name__})") from None
     finally:
         con.close()
 
@@ -90,6 +81,63 @@ def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
             for out, value in zip(plan.outputs, values, strict=True)
         ))
     return Answer([o.name for o in plan.outputs], rows, accuracy)
+
+
+def postprocess_query(plan: Plan) -> exp.Select:
+    """The analyst's outer query over the table ``__noisy`` of released groups.
+
+    Every expression is wrapped in ``TRY`` so that a value-dependent error (an overflow
+    in a cast of a noisy sum, say) yields NULL rather than failing an answer that has
+    already been paid for.
+    """
+
+    def safe(e: exp.Expression) -> exp.Expression:
+        return e.copy() if isinstance(e, exp.Column | exp.Literal) else exp.Try(this=e.copy())
+
+    query = exp.select(
+        *(exp.alias_(safe(o.expr), o.name, quoted=True) for o in plan.outputs),
+        exp.column(ROW_ID),
+    ).from_("__noisy")
+    if plan.having is not None:
+        query = query.where(safe(plan.having))
+    if plan.order is not None:
+        order = plan.order.copy()
+        for ordered in order.expressions:
+            if not isinstance(ordered.this, exp.Literal):
+                ordered.set("this", safe(ordered.this))
+        query.set("order", order)
+    if plan.limit is not None:
+        query = query.limit(plan.limit.copy())
+    if plan.offset is not None:
+        query = query.offset(plan.offset.copy())
+    return query
+
+
+def check_postprocess(plan: Plan, key_types: list[str]) -> None:
+    """Binds the outer query over an empty table of the right types; reads no data.
+
+    Raises:
+        UnsupportedQueryError: the outer part (output expressions, HAVING, ORDER BY,
+            LIMIT) cannot run, e.g. ``ORDER BY 0``; refused before any charge.
+    """
+    columns = [f"{ROW_ID} BIGINT"]
+    columns += [f"{k.name} {t}" for k, t in zip(plan.keys, key_types, strict=True)]
+    for cell in plan.cells:
+        integer = cell.kind == "stat" and plan.stat(cell.stats[0]).integer
+        columns.append(f"{cell.name} {'BIGINT' if integer else 'DOUBLE'}")
+    con = duckdb.connect(":memory:", config={"enable_external_access": False})
+    try:
+        con.execute(f"CREATE TABLE __noisy ({', '.join(columns)})")
+        con.execute("EXPLAIN " + postprocess_query(plan).sql(dialect="duckdb")).fetchall()
+    except duckdb.Error as exc:
+        message = str(exc).splitlines()[0]
+        for i, key in enumerate(plan.keys):  # speak the analyst's names, not ours
+            message = message.replace(key.name, key.expr.sql(dialect="duckdb"))
+        raise UnsupportedQueryError(
+            f"the outer part of the query (outputs, HAVING, ORDER BY) is invalid: "
+            f"{message[:300]}") from None
+    finally:
+        con.close()
 
 
 def _empty_table(plan: Plan) -> pa.Table:

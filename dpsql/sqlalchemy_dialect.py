@@ -76,7 +76,6 @@ class DpsqlDuckDBDialect(default.DefaultDialect):
     supports_empty_insert = False
     supports_multivalues_insert = False
     supports_server_side_cursors = False
-    supports_schemas = False
     supports_comments = True
     postfetch_lastrowid = False
     implicit_returning = False

@@ -94,3 +94,17 @@ def test_released_keys_are_in_a_data_independent_order(connect):
                        delta=1e-6)
     ages = [r[0] for r in res.rows]
     assert ages == sorted(ages)
+
+
+def test_outer_query_errors_are_refused_before_charging_or_become_null(connect):
+    conn = connect()
+    with pytest.raises(dpsql.UnsupportedQueryError, match="ORDER BY position 0"):
+        conn.execute("SELECT sex, COUNT(*) FROM pums GROUP BY sex ORDER BY 0", epsilon=1.0)
+    with pytest.raises(dpsql.UnsupportedQueryError, match="outer part"):
+        conn.execute("SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex HAVING n > 'x' || 1",
+                     epsilon=1.0)
+    assert conn.budget.spent == (0.0, 0.0)
+    # an overflow that depends on the noisy value: NULL, not a failure after the charge
+    res = conn.execute("SELECT sex, CAST(SUM(age) AS TINYINT) AS s FROM pums GROUP BY sex",
+                       epsilon=1.0)
+    assert [r[1] for r in res.rows] == [None, None]

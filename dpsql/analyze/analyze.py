@@ -119,6 +119,11 @@ def analyze(
         order = order.copy()
         for ordered in order.expressions:
             if isinstance(ordered.this, exp.Literal) and not ordered.this.is_string:
+                if not (ordered.this.is_int
+                        and 1 <= int(ordered.this.this) <= len(select.expressions)):
+                    raise UnsupportedQueryError(
+                        f"ORDER BY position {ordered.this.this} is out of range: the "
+                        f"query has {len(select.expressions)} output columns")
                 continue
             ordered.set("this", a.post_expr(ordered.this, keys, "ORDER BY", by_alias))
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
+from dpsql.accounting import Cost
 from dpsql.analyze.bounds import Interval
 from dpsql.catalog import Table
-from dpsql.accounting import Cost
 from dpsql.mechanisms import DiscreteLaplace, GridLaplace, LaplaceThreshold
 from dpsql.mechanisms.gaussian import DiscreteGaussian, GridGaussian
 

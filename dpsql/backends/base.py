@@ -32,8 +32,8 @@ class Backend(ABC):
         """Column name → type name of ``table`` (lower-case), or None if absent."""
 
     @abstractmethod
-    def check(self, expression: exp.Expression) -> None:
-        """Binds and plans a rewritten query without reading data.
+    def check(self, expression: exp.Expression) -> list[tuple[str, str]]:
+        """Binds a rewritten query without reading data; returns its (name, type) columns.
 
         Raises BackendError (not charged) if the backend refuses it: a failure at this
         point depends on the schema only, so the query can be refused for free.

@@ -54,10 +54,11 @@ class DuckDBBackend(Backend):
             ).fetchall()
         return {name.lower(): dtype for name, dtype in rows} or None
 
-    def check(self, expression: exp.Expression) -> None:
+    def check(self, expression: exp.Expression) -> list[tuple[str, str]]:
         with self._lock:
             try:
-                self._con.execute("EXPLAIN " + self.to_sql(expression)).fetchall()
+                rows = self._con.execute("DESCRIBE " + self.to_sql(expression)).fetchall()
+                return [(r[0], r[1]) for r in rows]
             except duckdb.Error as exc:
                 err = BackendError(
                     f"the backend cannot plan the rewritten query ({type(exc).__name__}: "
