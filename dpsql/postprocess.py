@@ -131,7 +131,7 @@ def check_postprocess(plan: Plan, key_types: list[str]) -> None:
         con.execute("EXPLAIN " + postprocess_query(plan).sql(dialect="duckdb")).fetchall()
     except duckdb.Error as exc:
         message = str(exc).splitlines()[0]
-        for i, key in enumerate(plan.keys):  # speak the analyst's names, not ours
+        for key in plan.keys:  # speak the analyst's names, not ours
             message = message.replace(key.name, key.expr.sql(dialect="duckdb"))
         raise UnsupportedQueryError(
             f"the outer part of the query (outputs, HAVING, ORDER BY) is invalid: "
