@@ -101,6 +101,8 @@ class Table:
     public: bool = False
     max_groups: int = 1
     max_rows: int = 1
+    #: Foreign-key path to the user: (column, referenced table, referenced column) steps.
+    user_path: tuple[tuple[str, str, str], ...] = ()
 
     def column(self, name: str) -> Column:
         """Returns the column named ``name`` (case-insensitive); KeyError if absent."""
@@ -164,6 +166,8 @@ def _build(doc: Mapping[str, Any], origin: str) -> Catalog:
         if name in tables:
             raise CatalogError(f"table {name!r} is declared twice (names are case-insensitive)")
         tables[name] = _table(name, tdoc)
+    for table in tables.values():
+        _check_path(table, tables)
     budget, analysts = None, {}
     if doc.get("budget") is not None:
         bdoc = doc["budget"]
@@ -204,9 +208,13 @@ def _table(name: str, tdoc: Any) -> Table:
         columns[col] = _column(name, col, cdoc)
 
     user_key = tdoc.get("user_key")
+    path: tuple = ()
+    if isinstance(user_key, Mapping):
+        path = _path(where, user_key)
+        user_key = None
     row_privacy = bool(tdoc.get("row_privacy", False))
     public = bool(tdoc.get("public", False))
-    chosen = [k for k, v in (("user_key", user_key), ("row_privacy", row_privacy),
+    chosen = [k for k, v in (("user_key", user_key or path), ("row_privacy", row_privacy),
                              ("public", public)) if v]
     if len(chosen) != 1:
         raise CatalogError(
@@ -228,7 +236,48 @@ def _table(name: str, tdoc: Any) -> Table:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise CatalogError(f"{where}: {key} must be a positive integer, got {value!r}")
         bounds[key] = value
-    return Table(name, columns, user_key, row_privacy, public, **bounds)
+    return Table(name, columns, user_key, row_privacy, public, user_path=path, **bounds)
+
+
+def _path(where: str, doc: Mapping) -> tuple[tuple[str, str, str], ...]:
+    _no_unknown_keys(doc, {"path"}, f"{where}, user_key")
+    steps = doc.get("path")
+    if not isinstance(steps, list) or not steps:
+        raise CatalogError(f"{where}: user_key path must be a non-empty list of steps")
+    out = []
+    for i, step in enumerate(steps):
+        here = f"{where}, user_key path step {i + 1}"
+        if not isinstance(step, Mapping):
+            raise CatalogError(f"{here}: expected {{column: ..., references: table.column}}")
+        _no_unknown_keys(step, {"column", "references"}, here)
+        ref = step.get("references")
+        if not isinstance(step.get("column"), str) or not isinstance(ref, str) \
+                or ref.count(".") != 1:
+            raise CatalogError(f"{here}: expected {{column: ..., references: table.column}}")
+        table, column = ref.lower().split(".")
+        out.append((step["column"].lower(), table, column))
+    return tuple(out)
+
+
+def _check_path(table: Table, tables: dict[str, Table]) -> None:
+    """Each step's column exists where it is read, and the path ends at a user key."""
+    where = f"table {table.name!r}, user_key path"
+    current = table
+    for i, (column, ref_table, ref_column) in enumerate(table.user_path):
+        if column not in current.columns:
+            raise CatalogError(f"{where} step {i + 1}: {current.name!r} has no column "
+                               f"{column!r}")
+        if ref_table not in tables:
+            raise CatalogError(f"{where} step {i + 1}: unknown table {ref_table!r}")
+        target = tables[ref_table]
+        if ref_column not in target.columns:
+            raise CatalogError(f"{where} step {i + 1}: {ref_table!r} has no column "
+                               f"{ref_column!r}")
+        current = target
+    if table.user_path and current.user_key != table.user_path[-1][2]:
+        raise CatalogError(f"{where}: the last step must reference the user key of the "
+                           f"user's table ({current.name!r} has user_key "
+                           f"{current.user_key!r})")
 
 
 def _column(table: str, name: str, cdoc: Any) -> Column:

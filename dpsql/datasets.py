@@ -1,4 +1,4 @@
-"""The bundled PUMS sample and its catalogs.
+"""The bundled PUMS sample, the TPC-H loader, and their catalogs.
 
 The data are the US Census PUMS sample published with SmartNoise SQL's test data
 (see ``dpsql/data/pums/README.md``).
@@ -63,4 +63,48 @@ def load_pums(database: str | Path | duckdb.DuckDBPyConnection) -> None:
             )
     finally:
         if not isinstance(database, duckdb.DuckDBPyConnection):
+            con.close()
+
+
+#: TPC-H tables and their primary keys (declared in DuckDB: joins along foreign keys
+#: need the referenced keys to be unique in the database).
+TPCH_KEYS = {"customer": ["c_custkey"], "orders": ["o_orderkey"],
+             "lineitem": ["l_orderkey", "l_linenumber"], "nation": ["n_nationkey"],
+             "region": ["r_regionkey"], "part": ["p_partkey"], "supplier": ["s_suppkey"],
+             "partsupp": ["ps_partkey", "ps_suppkey"]}
+
+
+def tpchgen() -> str:
+    """Path of the ``tpchgen-cli`` executable (PyPI package ``tpchgen-cli``)."""
+    import shutil
+    import sys
+
+    here = Path(sys.executable).parent / "tpchgen-cli"
+    found = str(here) if here.exists() else shutil.which("tpchgen-cli")
+    if not found:
+        raise FileNotFoundError("tpchgen-cli is not installed: pip install tpchgen-cli")
+    return found
+
+
+def load_tpch(database: str | Path, scale: float = 0.01, workdir: str | Path | None = None,
+              ) -> None:
+    """Generates TPC-H at ``scale`` offline (tpchgen-cli) and loads it into DuckDB.
+
+    Tables get their primary keys, so dpsql can verify the foreign-key joins to the
+    user (customer).
+    """
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(workdir) if workdir else Path(tmp)
+        subprocess.run([tpchgen(), "parquet", "-s", str(scale), f"--output-dir={out}"],
+                       check=True, capture_output=True)
+        con = duckdb.connect(str(database))
+        try:
+            for table, key in TPCH_KEYS.items():
+                con.execute(f"CREATE OR REPLACE TABLE {table} AS "
+                            f"SELECT * FROM read_parquet(?)", [str(out / f"{table}.parquet")])
+                con.execute(f"ALTER TABLE {table} ADD PRIMARY KEY ({', '.join(key)})")
+        finally:
             con.close()

@@ -364,7 +364,15 @@ class Connection:
         select = validate(parse(sql))
         plan = analyze(select, self._catalog, epsilon, delta, max_groups, max_rows,
                        mechanism=mechanism or self._mechanism)
-        self._check_schema(plan.table, backend)
+        for source in plan.scope.sources:
+            self._check_schema(source.table, backend)
+        for table, column in plan.scope.unique:
+            if (column,) not in backend.unique_columns(table):
+                raise CatalogError(
+                    f"table {table!r}, column {column!r}: the join to the user follows this "
+                    "key, so it must be a PRIMARY KEY or UNIQUE in the database (dpsql "
+                    "checks the database, not the catalog); a duplicated key would attach "
+                    "one row to two users")
         return plan, rewrite(plan), backend
 
     def _check_schema(self, table: Table, backend: Backend) -> None:

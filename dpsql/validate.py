@@ -39,7 +39,7 @@ SYNTAX: tuple[type[exp.Expression], ...] = (
     exp.And, exp.Or, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.In,
     exp.Between, exp.Like, exp.ILike, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv,
     exp.Mod, exp.DataType, exp.DataTypeParam, exp.Star, exp.Distinct, exp.Var,
-    exp.NullSafeEQ, exp.NullSafeNEQ, exp.Xor,
+    exp.NullSafeEQ, exp.NullSafeNEQ, exp.Xor, exp.Join, exp.Interval,
 )
 
 _ALLOWED = AGGREGATES + SCALAR_FUNCTIONS + SYNTAX
@@ -97,10 +97,10 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
         raise UnsupportedQueryError(
             "SELECT DISTINCT would release raw values: use GROUP BY with an aggregate"
         )
-    if isinstance(node, exp.Var) and not isinstance(node.parent, exp.Extract):
+    if isinstance(node, exp.Var) and not isinstance(node.parent, exp.Extract | exp.Interval):
         raise UnsupportedQueryError(f"bare keyword {node.name!r} is not supported")
     if isinstance(node, exp.Select):
-        for key in ("joins", "laterals", "with_", "windows", "qualify", "distinct",
+        for key in ("laterals", "with_", "windows", "qualify", "distinct",
                     "sample", "into", "locks", "kind", "settings"):
             if node.args.get(key):
                 message = _SELECT_PARTS.get(key, f"{key.upper()} is not supported")
@@ -110,7 +110,6 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
 
 
 _SELECT_PARTS = {
-    "joins": "JOIN (and comma-separated tables) is not supported yet: query one table",
     "with_": "WITH (common table expressions) is not supported yet: query one table",
     "distinct": "SELECT DISTINCT would release raw values: use GROUP BY with an aggregate",
     "windows": "window functions are not allowed over private rows",

@@ -23,11 +23,11 @@ from sqlglot import exp
 from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import Interval, bounds
 from dpsql.analyze.plan import Cell, GroupKey, Output, Plan, Statistic
-from dpsql.catalog import Catalog, Table
+from dpsql.analyze.scope import Scope, build_scope
+from dpsql.catalog import Catalog
 from dpsql.errors import (
     PrivacyParameterError,
     UnknownColumnError,
-    UnknownTableError,
     UnsupportedQueryError,
 )
 from dpsql.mechanisms import Constant, LaplaceThreshold, laplace
@@ -75,13 +75,13 @@ def analyze(
             f"mechanism must be 'laplace' or 'gaussian', got {mechanism!r}")
     if mechanism == "gaussian" and delta <= 0:
         raise PrivacyParameterError("gaussian noise needs delta > 0 (e.g. delta=1e-6)")
-    table, alias = _table(select, catalog)
-    if table.public:
-        raise UnsupportedQueryError(
-            f"table {table.name!r} is public; dpsql answers private queries only"
-        )
-    G = _positive_int(max_groups, "max_groups", table.max_groups)
-    R = _positive_int(max_rows, "max_rows", table.max_rows)
+    scope, select = build_scope(select, catalog)
+    table = scope.primary
+    # joined private tables: the finest table's bounds (bounding is enforced either way,
+    # so the choice trades bias for noise, never privacy)
+    G = _positive_int(max_groups, "max_groups",
+                      max(s.table.max_groups for s in scope.private))
+    R = _positive_int(max_rows, "max_rows", max(s.table.max_rows for s in scope.private))
     if table.row_privacy:
         # each row is its own user: it touches one group and adds one row to it
         G, R = 1, 1
@@ -95,8 +95,8 @@ def analyze(
             raise UnsupportedQueryError(f"{name} must be a whole number literal")
 
     out_names = [_output_name(e) for e in select.expressions]
-    select = _qualify(select, table, alias, set(out_names))
-    a = _Analysis(table, R)
+    select = _qualify(select, scope, set(out_names))
+    a = _Analysis(scope, R)
 
     where = select.args.get("where")
     where = where.this if where else None
@@ -187,6 +187,7 @@ def analyze(
     plan = Plan(
         sql=select.sql(dialect="duckdb"),
         table=table,
+        scope=scope,
         where=where,
         keys=keys,
         stats=stats,
@@ -222,8 +223,9 @@ def analyze(
 class _Analysis:
     """Collects statistics and cells while the query's expressions are rewritten."""
 
-    def __init__(self, table: Table, max_rows: int):
-        self.table = table
+    def __init__(self, scope: Scope, max_rows: int):
+        self.scope = scope
+        self.table = scope.primary
         self.R = max_rows
         self.stats: list[Statistic] = []
         self.cells: list[Cell] = []
@@ -283,7 +285,7 @@ class _Analysis:
     def _domain(self, expr: exp.Expression) -> tuple | None:
         if not isinstance(expr, exp.Column):
             return None
-        col = self.table.column(expr.name)
+        col = self.scope.column(expr)
         values = col.values
         if values is None and col.type == "bool":
             values = (False, True)
@@ -338,10 +340,10 @@ class _Analysis:
         if isinstance(agg, exp.Count):
             cell = Cell(name, agg, "stat", (self._count(arg).name,))
         elif isinstance(agg, exp.Sum):
-            interval = bounds(arg, self.table.columns)
+            interval = bounds(arg, self.scope.column)
             cell = Cell(name, agg, "stat", (self.stat("sum", arg, interval).name,))
         else:  # AVG = m + SUM(x - m) / COUNT(x), both noised, m the bounds' midpoint
-            interval = bounds(arg, self.table.columns)
+            interval = bounds(arg, self.scope.column)
             center = sensitivity.normalised_center(interval)
             total = self.stat("sum", arg, interval, center)
             count = self._count(arg)
@@ -356,12 +358,13 @@ class _Analysis:
             return self.stat("count", None, None)
         if isinstance(arg, exp.Distinct):
             cols = arg.expressions
-            uk = self.table.user_key
-            if len(cols) == 1 and isinstance(cols[0], exp.Column) and cols[0].name == uk:
+            if len(cols) == 1 and self.scope.is_uid(cols[0]):
                 return self.stat("users", None, None)
+            keys = sorted(f"{a}.{c}" if not self.scope.single else c
+                          for a, c in self.scope.uid_columns)
             raise UnsupportedQueryError(
                 "COUNT(DISTINCT ...) is supported only over the user key"
-                + (f" ({uk})" if uk else "")
+                + (f" ({', '.join(keys)})" if keys else "")
             )
         if self._never_null(arg):
             return self.stat("count", None, None)
@@ -371,7 +374,7 @@ class _Analysis:
         if isinstance(e, exp.Literal):
             return True
         if isinstance(e, exp.Column):
-            return not self.table.column(e.name).nullable
+            return not self.scope.column(e).nullable
         if isinstance(e, exp.Paren | exp.Neg | exp.Abs):
             return self._never_null(e.this)
         if isinstance(e, exp.Add | exp.Sub | exp.Mul):
@@ -413,48 +416,33 @@ def _alias_target(select: exp.Select, alias: str) -> exp.Expression:
     raise UnknownColumnError(f"unknown column {alias!r}")  # pragma: no cover
 
 
-def _table(select: exp.Select, catalog: Catalog) -> tuple[Table, str | None]:
-    source = select.args["from_"].this
-    if not isinstance(source, exp.Table):
-        raise UnsupportedQueryError("FROM must name one catalog table")
-    name = source.name
-    if not catalog.has_table(name):
-        raise UnknownTableError(
-            f"unknown table {name!r}; the catalog has: {', '.join(sorted(catalog.tables))}"
-        )
-    return catalog.table(name), (source.alias.lower() or None)
+def _qualify(select: exp.Select, scope: Scope, out_names: set[str]) -> exp.Select:
+    """Resolves every column against the FROM clause.
 
-
-def _qualify(select: exp.Select, table: Table, alias: str | None,
-             out_names: set[str]) -> exp.Select:
-    """Resolves every column against the table: unqualified, lower-case names.
-
-    Columns that name an output alias rather than a table column (allowed in GROUP BY,
-    HAVING and ORDER BY) become ``__alias:<name>`` placeholders.
+    One table: unqualified, lower-case names. Several: ``alias.column``. Columns that
+    name an output alias rather than a table column (allowed in GROUP BY, HAVING and
+    ORDER BY) become ``__alias:<name>`` placeholders.
     """
     select = select.copy()
-    qualifiers = {table.name} | ({alias} if alias else set())
+    select.set("joins", None)
     lowered = {n.lower() for n in out_names}
     for col in list(select.find_all(exp.Column)):
         if isinstance(col.this, exp.Star):
             raise UnsupportedQueryError("SELECT t.* would release raw rows")
-        if col.table and col.table.lower() not in qualifiers:
-            raise UnknownColumnError(
-                f"column {col.sql(dialect='duckdb')!r} refers to table {col.table!r}, "
-                f"which is not in FROM"
-            )
-        name = col.name.lower()
-        if table.has_column(name):
-            col.replace(exp.column(name))
+        resolved = scope.resolve(col)
+        if resolved is not None:
+            col.replace(resolved)
             continue
+        name = col.name.lower()
         in_clause = col.find_ancestor(exp.Group, exp.Having, exp.Order)
         in_agg = col.find_ancestor(*AGGREGATES)
         if in_clause is not None and in_agg is None and name in lowered and not col.table:
             col.replace(exp.column(f"__alias:{name}"))
             continue
+        tables = ", ".join(s.table.name for s in scope.sources if not s.hidden)
         raise UnknownColumnError(
-            f"unknown column {col.name!r} in table {table.name!r}; its columns are: "
-            f"{', '.join(table.columns)}"
+            f"unknown column {col.name!r} in table {tables!r}; its columns are: "
+            + ", ".join(c for s in scope.sources if not s.hidden for c in s.table.columns)
         )
     return select
 

@@ -20,6 +20,7 @@ Interval(lower=0.0, upper=25.0, integer=False)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -49,12 +50,14 @@ class Interval:
         )
 
 
-def bounds(expression: exp.Expression, columns: dict[str, Column]) -> Interval:
+def bounds(expression: exp.Expression,
+           columns: dict[str, Column] | Callable[[exp.Column], Column]) -> Interval:
     """Returns an interval containing every value of ``expression``.
 
     Args:
-        expression: a scalar expression over unqualified, lower-case column names.
-        columns: the catalog columns it may reference.
+        expression: a scalar expression over normalised column references.
+        columns: the catalog columns it may reference, by name, or a function that
+            finds the catalog column of a (possibly qualified) column reference.
 
     Raises:
         UnboundedExpressionError: a column without bounds, or a construct (such as a
@@ -64,8 +67,8 @@ def bounds(expression: exp.Expression, columns: dict[str, Column]) -> Interval:
 
 
 class _Bounds:
-    def __init__(self, columns: dict[str, Column]):
-        self.columns = columns
+    def __init__(self, columns):
+        self.lookup = columns if callable(columns) else (lambda c: columns[c.name.lower()])
 
     def visit(self, e: exp.Expression) -> Interval:
         method = getattr(self, "_" + type(e).__name__, None)
@@ -77,7 +80,7 @@ class _Bounds:
         return method(e)
 
     def _Column(self, e: exp.Column) -> Interval:
-        col = self.columns[e.name.lower()]
+        col = self.lookup(e)
         if col.type == "bool":
             return Interval(0, 1, True)
         if not col.bounded:

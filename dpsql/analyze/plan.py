@@ -9,6 +9,7 @@ from sqlglot import exp
 
 from dpsql.accounting import Cost
 from dpsql.analyze.bounds import Interval
+from dpsql.analyze.scope import Scope
 from dpsql.catalog import Table
 from dpsql.mechanisms import DiscreteLaplace, GridLaplace, LaplaceThreshold
 from dpsql.mechanisms.gaussian import DiscreteGaussian, GridGaussian
@@ -102,6 +103,7 @@ class Plan:
 
     sql: str
     table: Table
+    scope: Scope
     where: exp.Expression | None
     keys: list[GroupKey]
     stats: list[Statistic]
@@ -123,8 +125,9 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def user_key(self) -> str | None:
-        return self.table.user_key
+    def uid(self) -> exp.Column | None:
+        """The expression giving each joined row's user id (None: row privacy)."""
+        return self.scope.uid
 
     @property
     def public_keys(self) -> bool:

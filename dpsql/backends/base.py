@@ -40,6 +40,10 @@ class Backend(ABC):
         """
 
     @abstractmethod
+    def unique_columns(self, table: str) -> set[tuple[str, ...]]:
+        """Column sets of ``table`` with a PRIMARY KEY or UNIQUE constraint (lower-case)."""
+
+    @abstractmethod
     def execute(self, expression: exp.Expression) -> tuple[list[str], list[tuple]]:
         """Runs one rewritten query; returns its column names and rows."""
 

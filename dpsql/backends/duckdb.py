@@ -54,6 +54,15 @@ class DuckDBBackend(Backend):
             ).fetchall()
         return {name.lower(): dtype for name, dtype in rows} or None
 
+    def unique_columns(self, table: str) -> set[tuple[str, ...]]:
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT constraint_column_names FROM duckdb_constraints() "
+                "WHERE schema_name = current_schema() AND lower(table_name) = ? "
+                "AND constraint_type IN ('PRIMARY KEY', 'UNIQUE')", [table.lower()],
+            ).fetchall()
+        return {tuple(c.lower() for c in cols) for (cols,) in rows}
+
     def check(self, expression: exp.Expression) -> list[tuple[str, str]]:
         with self._lock:
             try:

@@ -45,7 +45,7 @@ def bound_groups(expression: exp.Select, plan: Plan) -> exp.Select:
     GROUP BY
       __k0
     """
-    if not plan.bound_groups or plan.user_key is None:
+    if not plan.bound_groups or plan.uid is None:
         return expression
     order = exp.Anonymous(
         this="HASH",

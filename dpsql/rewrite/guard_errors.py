@@ -46,7 +46,7 @@ def guard_errors(expression: exp.Select, plan: Plan) -> exp.Select:
     WHERE
       TRY(TRY_CAST(educ AS INT) / NULLIF(age, 0) > 1)
     """
-    columns = {name: col.type for name, col in plan.table.columns.items()}
+    columns = plan.scope.column_type
     expression = expression.transform(_cast_and_divide)
 
     def guard(e: exp.Expression) -> exp.Expression:
@@ -83,9 +83,9 @@ def _cast_and_divide(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def _family(e: exp.Expression, columns: dict[str, str]) -> str | None:
+def _family(e: exp.Expression, columns) -> str | None:
     if isinstance(e, exp.Column):
-        return _FAMILY[columns[e.name]]
+        return _FAMILY[columns(e)]
     if isinstance(e, exp.Literal):
         return "string" if e.is_string else "number"
     if isinstance(e, exp.Boolean):
@@ -93,7 +93,7 @@ def _family(e: exp.Expression, columns: dict[str, str]) -> str | None:
     return None  # NULL compares with anything
 
 
-def _error_free(e: exp.Expression, columns: dict[str, str]) -> bool:
+def _error_free(e: exp.Expression, columns) -> bool:
     for node in e.walk():
         if not isinstance(node, _SIMPLE):
             return False

@@ -40,10 +40,10 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
       SUM(__s0) AS __s0
     FROM __per_user
     """
-    if plan.user_key is None:
+    if plan.uid is None:
         return expression
     R = plan.max_rows
-    inner = exp.select(exp.alias_(exp.column(plan.user_key), UID))
+    inner = exp.select(exp.alias_(plan.uid.copy(), UID))
     outer = exp.select()
     for item in expression.expressions:
         name = item.alias_or_name
@@ -67,11 +67,13 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
         inner = inner.select(exp.alias_(partial, name), copy=False)
         outer = outer.select(exp.alias_(exp.Sum(this=exp.column(name)), name), copy=False)
     inner.set("from_", expression.args["from_"].copy())
+    for join in expression.args.get("joins") or []:
+        inner.append("joins", join.copy())
     if expression.args.get("where"):
         inner.set("where", expression.args["where"].copy())
     group = expression.args.get("group")
     keys = [k.copy() for k in group.expressions] if group else []
-    inner = inner.group_by(exp.column(plan.user_key), *keys, copy=False)
+    inner = inner.group_by(plan.uid.copy(), *keys, copy=False)
     outer = outer.from_(PER_USER, copy=False).with_(PER_USER, as_=inner, copy=False)
     if plan.keys:
         outer = outer.group_by(*(exp.column(k.name) for k in plan.keys), copy=False)

@@ -23,7 +23,10 @@ def statistics_query(plan: Plan) -> exp.Select:
     select = exp.select(*(exp.alias_(k.expr.copy(), k.name) for k in plan.keys))
     for stat in plan.stats:
         select = select.select(exp.alias_(_aggregate(stat, plan), stat.name), copy=False)
-    select = select.from_(exp.to_table(plan.table.name), copy=False)
+    first, joins = plan.scope.from_clause()
+    select = select.from_(first, copy=False)
+    for join in joins:
+        select.append("joins", join)
     if plan.where is not None:
         select = select.where(plan.where.copy(), copy=False)
     if plan.keys:
@@ -33,9 +36,9 @@ def statistics_query(plan: Plan) -> exp.Select:
 
 def _aggregate(stat: Statistic, plan: Plan) -> exp.Expression:
     if stat.kind == "users":
-        if plan.user_key is None:  # row privacy: every row is its own user
+        if plan.uid is None:  # row privacy: every row is its own user
             return exp.Count(this=exp.Star())
-        return exp.Count(this=exp.Distinct(expressions=[exp.column(plan.user_key)]))
+        return exp.Count(this=exp.Distinct(expressions=[plan.uid.copy()]))
     if stat.kind == "count":
         return exp.Count(this=stat.arg.copy() if stat.arg is not None else exp.Star())
     value = stat.arg.copy()
