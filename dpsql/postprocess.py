@@ -38,6 +38,10 @@ def cell_values(plan: Plan, noisy: NoisyGroups) -> dict[str, list]:
     for cell in plan.cells:
         if cell.kind == "stat":
             out[cell.name] = list(noisy.stats[cell.stats[0]])
+        elif cell.kind in VARIANCES:
+            squares, total, count = (noisy.stats[s] for s in cell.stats)
+            out[cell.name] = [_variance(cell, q, s, n)
+                              for q, s, n in zip(squares, total, count, strict=True)]
         else:
             total, count = (noisy.stats[s] for s in cell.stats)
             out[cell.name] = [_avg(cell, s, n) for s, n in zip(total, count, strict=True)]
@@ -49,6 +53,19 @@ def _avg(cell: Cell, total: float, count: float) -> float:
     # result is clamped to the value bounds (both post-processing).
     value = cell.center + total / max(count, 1)
     return min(max(value, cell.lower), cell.upper)
+
+
+VARIANCES = ("var_pop", "var_samp", "std_pop", "std_samp")
+
+
+def _variance(cell: Cell, squares: float, total: float, count: float) -> float:
+    """VAR from noisy Σ(x−m)², Σ(x−m) and N, clamped to what bounded values allow."""
+    n = max(count, 1.0)
+    half = max(cell.center - cell.lower, cell.upper - cell.center)
+    var = min(max(squares / n - (total / n) ** 2, 0.0), half**2)
+    if cell.kind.endswith("samp") and n > 1:
+        var *= n / (n - 1)
+    return math.sqrt(var) if cell.kind.startswith("std") else var
 
 
 def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
@@ -184,6 +201,17 @@ def _cell_interval(cell: Cell, rid: int, noisy: NoisyGroups, cells, widths):
     if cell.kind == "stat":
         v, h = noisy.stats[cell.stats[0]][rid], widths[cell.stats[0]]
         return (v - h, v + h)
+    if cell.kind in VARIANCES:
+        (q, s, n), (hq, hs, hn) = ((noisy.stats[x][rid] for x in cell.stats),
+                                   (widths[x] for x in cell.stats))
+        qs = (q - hq, q + hq)
+        ss = [s - hs, s + hs] + ([0.0] if s - hs < 0 < s + hs else [])
+        n_lo, n_hi = max(n - hn, 1.0), max(n + hn, 1.0)
+        ns = [n_lo, n_hi]
+        # interior extreme of q/n − s²/n² in n, at n = 2 s² / q
+        ns += [2 * x * x / y for x in ss for y in qs if y > 0 and n_lo < 2 * x * x / y < n_hi]
+        values = [_variance(cell, a, b, c) for a in qs for b in ss for c in ns]
+        return (min(values), max(values))
     total, count = (noisy.stats[s][rid] for s in cell.stats)
     ht, hc = (widths[s] for s in cell.stats)
     candidates = [

@@ -21,7 +21,10 @@ from sqlglot import exp
 from dpsql.errors import UnsupportedQueryError
 
 #: Aggregate functions this version answers.
-AGGREGATES: tuple[type[exp.Expression], ...] = (exp.Count, exp.Sum, exp.Avg)
+AGGREGATES: tuple[type[exp.Expression], ...] = (
+    exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp,
+    exp.StddevPop,
+)
 
 #: Scalar functions allowed anywhere (they cannot read outside the row they are given).
 SCALAR_FUNCTIONS: tuple[type[exp.Expression], ...] = (

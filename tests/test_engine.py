@@ -297,3 +297,21 @@ def test_row_privacy_and_nullable_columns(tmp_path):
     for row, acc in zip(res.rows, res.accuracy, strict=True):
         for value, width, want in zip(row[1:], acc[1:], truth[row[0]], strict=True):
             assert abs(value - float(want)) <= width + 1e-9
+
+
+def test_variance_and_stddev(connect, pums_db):
+    conn = connect(budget=(1e6, 0.0), alpha=1e-9)
+    sql = ("SELECT sex, VARIANCE(age) AS v, VAR_POP(age) AS vp, STDDEV(age) AS sd, "
+           "STDDEV_POP(income) AS sdi, STDDEV_SAMP(educ) AS sde FROM pums GROUP BY sex "
+           "ORDER BY sex")
+    ex = conn.explain(sql, epsilon=1.0)
+    squares = [s for s in ex.statistics if s["statistic"] == "SUM((age - 50)^2)"]
+    assert squares and squares[0]["linf"] == 50**2  # R · max(|L−m|, |U−m|)²
+    res = conn.execute(sql, epsilon=1e5)
+    truth = pums_db.execute(sql).fetchall()
+    for row, acc, want in zip(res.rows, res.accuracy, truth, strict=True):
+        for value, width, exact in zip(row[1:], acc[1:], want[1:], strict=True):
+            assert abs(value - exact) <= width + 1e-9
+    low = conn.execute(sql, epsilon=0.5)
+    for row in low.rows:  # clamped to what values in [L, U] allow
+        assert 0 <= row[2] <= 50**2 and 0 <= row[4] <= 250000

@@ -34,6 +34,8 @@ from dpsql.mechanisms import Constant, LaplaceThreshold, laplace
 from dpsql.mechanisms.gaussian import gaussian, rho_for
 from dpsql.validate import AGGREGATES
 
+_VARIANCES = (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop)
+
 #: Largest number of group keys released from public domains in one query.
 MAX_DOMAIN_CELLS = 1_000_000
 
@@ -240,15 +242,16 @@ class _Analysis:
             arg=arg,
             interval=interval,
             center=center,
-            integer=kind != "sum" or (interval.integer and float(center).is_integer()),
+            integer=kind not in ("sum", "sumsq")
+            or (interval.integer and float(center).is_integer()),
             nullable=arg is not None and not self._never_null(arg),
         )
         for s in self.stats:
             if s.key() == candidate.key():
                 return s
-        if kind == "sum":
+        if kind in ("sum", "sumsq"):
             shifted = Interval(interval.lower - center, interval.upper - center, candidate.integer)
-            candidate.linf = sensitivity.linf("sum", shifted, self.R)
+            candidate.linf = sensitivity.linf(kind, shifted, self.R)
         else:
             candidate.linf = sensitivity.linf(kind, None, self.R)
         self.stats.append(candidate)
@@ -342,6 +345,18 @@ class _Analysis:
         elif isinstance(agg, exp.Sum):
             interval = bounds(arg, self.scope.column)
             cell = Cell(name, agg, "stat", (self.stat("sum", arg, interval).name,))
+        elif isinstance(agg, _VARIANCES):
+            # VAR = SUM((x-m)²)/N − (SUM(x-m)/N)², from three noisy statistics
+            interval = bounds(arg, self.scope.column)
+            center = sensitivity.normalised_center(interval)
+            squares = self.stat("sumsq", arg, interval, center)
+            total = self.stat("sum", arg, interval, center)
+            count = self._count(arg)
+            kind = {exp.VariancePop: "var_pop", exp.StddevPop: "std_pop",
+                    exp.Variance: "var_samp", exp.Stddev: "std_samp",
+                    exp.StddevSamp: "std_samp"}[type(agg)]
+            cell = Cell(name, agg, kind, (squares.name, total.name, count.name), center,
+                        interval.lower, interval.upper)
         else:  # AVG = m + SUM(x - m) / COUNT(x), both noised, m the bounds' midpoint
             interval = bounds(arg, self.scope.column)
             center = sensitivity.normalised_center(interval)

@@ -53,6 +53,8 @@ class Statistic:
         if self.kind == "count":
             return f"COUNT({self.arg.sql(dialect='duckdb') if self.arg else '*'})"
         arg = self.arg.sql(dialect="duckdb")
+        if self.kind == "sumsq":
+            return f"SUM(({arg} - {self.center:g})^2)"
         if self.center:
             return f"SUM({arg} - {self.center:g})"
         return f"SUM({arg})"
@@ -75,8 +77,10 @@ class GroupKey:
 class Cell:
     """One aggregate of the analyst's query, answered from one or two statistics.
 
-    ``kind`` is ``stat`` (the statistic's noisy value) or ``avg``
-    (``clamp(center + sum / max(count, 1), lower, upper)``).
+    ``kind`` is ``stat`` (the statistic's noisy value), ``avg``
+    (``clamp(center + sum / max(count, 1), lower, upper)``), or a variance kind
+    (``var_pop``, ``var_samp``, ``std_pop``, ``std_samp``) from sums of squares, sums
+    and counts.
     """
 
     name: str

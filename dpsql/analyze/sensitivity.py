@@ -26,7 +26,7 @@ from __future__ import annotations
 from dpsql.analyze.bounds import Interval
 
 #: Statistic kinds the engine noises.
-KINDS = ("count", "sum", "users")
+KINDS = ("count", "sum", "sumsq", "users")
 
 
 def partial_range(kind: str, interval: Interval | None, max_rows: int) -> tuple[float, float]:
@@ -40,7 +40,12 @@ def partial_range(kind: str, interval: Interval | None, max_rows: int) -> tuple[
       still stays inside the range.
     * ``users`` (COUNT(DISTINCT user key)): after the per-user aggregate each user is
       one row of the group, so the partial is exactly 1.
+    * ``sumsq`` (for VARIANCE): ``Σ (x − m)²`` over at most R rows, with ``x − m`` in the
+      given (already centred) interval: ``[0, R · max(|L−m|, |U−m|)²]``.
     """
+    if kind == "sumsq":
+        assert interval is not None
+        return (0, max_rows * interval.magnitude**2)
     if kind == "count":
         return (0, max_rows)
     if kind == "users":

@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
 from dpsql.rewrite._sql import clamp
+from dpsql.rewrite.statistics_query import argument, value_expression
 
 
 def clamp_values(expression: exp.Select, plan: Plan) -> exp.Select:
@@ -23,17 +24,12 @@ def clamp_values(expression: exp.Select, plan: Plan) -> exp.Select:
     >>> clamp_values(statistics_query(plan), plan).sql()
     'SELECT SUM(LEAST(GREATEST(income, 0), 500000)) AS __s0 FROM pums'
     """
-    sums = {s.name: s for s in plan.stats if s.kind == "sum"}
+    sums = {s.name: s for s in plan.stats if s.kind in ("sum", "sumsq")}
     for item in expression.expressions:
         stat = sums.get(item.alias_or_name)
         if stat is None or not isinstance(item.this, exp.Sum):
             continue
-        total = item.this
-        value = total.this
-        if stat.center:  # SUM(x - m): clamp x, keep the centring
-            value.set("this", clamp(value.this, stat.interval.lower, stat.interval.upper,
-                                      stat.nullable))
-        else:
-            total.set("this", clamp(value, stat.interval.lower, stat.interval.upper, stat.nullable))
+        clamped = clamp(argument(stat, item.this), stat.interval.lower, stat.interval.upper,
+                        stat.nullable)
+        item.this.set("this", value_expression(stat, clamped))
     return expression
-

@@ -23,6 +23,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
+from dpsql.rewrite.statistics_query import argument, value_expression
 
 _SIMPLE = (exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.And,
            exp.Or, exp.Not, exp.Is, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In,
@@ -65,9 +66,10 @@ def guard_errors(expression: exp.Select, plan: Plan) -> exp.Select:
         elif name.startswith("__s"):
             agg = item.this
             stat = plan.stat(name)
-            holder = agg.this if stat.center else agg  # SUM(arg - m): guard arg only
-            if holder.this is not None and not isinstance(holder.this, exp.Star):
-                holder.set("this", guard(holder.this))
+            if stat.kind in ("sum", "sumsq"):  # guard the analyst's argument only
+                agg.set("this", value_expression(stat, guard(argument(stat, agg).copy())))
+            elif agg.this is not None and not isinstance(agg.this, exp.Star):
+                agg.set("this", guard(agg.this))
     return expression
 
 

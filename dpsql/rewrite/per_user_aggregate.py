@@ -61,7 +61,7 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
         else:
             shifted = Interval(stat.interval.lower - stat.center,
                                stat.interval.upper - stat.center)
-            low, high = sensitivity.partial_range("sum", shifted, R)
+            low, high = sensitivity.partial_range(stat.kind, shifted, R)
             # a user whose values are all NULL adds nothing: SUM is NULL, read as 0
             partial = clamp(exp.Coalesce(this=agg, expressions=[number(0)]), low, high)
         inner = inner.select(exp.alias_(partial, name), copy=False)

@@ -41,8 +41,26 @@ def _aggregate(stat: Statistic, plan: Plan) -> exp.Expression:
         return exp.Count(this=exp.Distinct(expressions=[plan.uid.copy()]))
     if stat.kind == "count":
         return exp.Count(this=stat.arg.copy() if stat.arg is not None else exp.Star())
-    value = stat.arg.copy()
+    return exp.Sum(this=value_expression(stat, stat.arg.copy()))
+
+
+def value_expression(stat: Statistic, arg: exp.Expression) -> exp.Expression:
+    """The per-row value a SUM-like statistic adds up: ``arg``, ``arg − m`` or ``(arg − m)²``."""
+    if stat.kind == "sumsq":
+        return exp.Mul(this=exp.paren(exp.Sub(this=arg, expression=number(stat.center))),
+                       expression=exp.paren(exp.Sub(this=arg.copy(),
+                                                    expression=number(stat.center))))
     if stat.center:
-        value = exp.Sub(this=value, expression=number(stat.center))
-    return exp.Sum(this=value)
+        return exp.Sub(this=arg, expression=number(stat.center))
+    return arg
+
+
+def argument(stat: Statistic, aggregate: exp.Expression) -> exp.Expression:
+    """The analyst's per-row expression inside a SUM-like statistic built above."""
+    value = aggregate.this
+    if stat.kind == "sumsq":
+        return value.this.this.this
+    if stat.center:
+        return value.this
+    return value
 

@@ -12,9 +12,9 @@ ratio, and on the other half bound it with Clopper–Pearson intervals:
 
 at confidence 1 − 10⁻⁶. A correct mechanism must give ε_lb <= the claimed ε. Each audit
 has a twin that breaks the mechanism on purpose (halved noise, or contribution
-bounding skipped) and asserts that the same estimator then exceeds the claim. (AVG is
-audited against skipped bounds only: its one released number is a lossy function of
-two noisy statistics, so even halved noise stays below the claim there.)
+bounding skipped) and asserts that the same estimator then exceeds the claim. (AVG and
+VARIANCE are audited against skipped bounds only: each released number is a lossy function of
+several noisy statistics, so even halved noise stays below the claim there.)
 """
 
 from __future__ import annotations
@@ -174,6 +174,7 @@ CASES = {
     "count distinct users": ("SELECT COUNT(DISTINCT pid) FROM t", single("__a0"), "__users"),
     "sum": ("SELECT SUM(income) FROM t", single("__a0"), "__s0"),
     "avg": ("SELECT AVG(age) FROM t", single("__a0"), None),
+    "variance": ("SELECT VAR_POP(age) FROM t", single("__a0"), None),
     "grouped counts": ("SELECT educ, COUNT(*) FROM t GROUP BY educ", touched_total, "__s0"),
 }
 
@@ -208,7 +209,7 @@ def test_audit_detects_halved_noise(backends, case):
     assert bound > 1.0, f"the audit missed halved noise ({bound:.3f})"
 
 
-@pytest.mark.parametrize("case", ["count", "sum", "avg", "grouped counts"])
+@pytest.mark.parametrize("case", ["count", "sum", "avg", "variance", "grouped counts"])
 def test_audit_detects_skipped_contribution_bounds(backends, case):
     sql, output, _ = CASES[case]
     plan = plan_for(sql, epsilon=1.0)
