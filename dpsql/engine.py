@@ -365,7 +365,8 @@ class Connection:
         plan = analyze(select, self._catalog, epsilon, delta, max_groups, max_rows,
                        mechanism=mechanism or self._mechanism)
         for source in plan.scope.sources:
-            self._check_schema(source.table, backend)
+            for table in source.reads if source.derived is not None else [source.table]:
+                self._check_schema(table, backend)
         for table, column in plan.scope.unique:
             if (column,) not in backend.unique_columns(table):
                 raise CatalogError(

@@ -42,7 +42,8 @@ SYNTAX: tuple[type[exp.Expression], ...] = (
     exp.And, exp.Or, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.In,
     exp.Between, exp.Like, exp.ILike, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv,
     exp.Mod, exp.DataType, exp.DataTypeParam, exp.Star, exp.Distinct, exp.Var,
-    exp.NullSafeEQ, exp.NullSafeNEQ, exp.Xor, exp.Join, exp.Interval,
+    exp.NullSafeEQ, exp.NullSafeNEQ, exp.Xor, exp.Join, exp.Interval, exp.Subquery,
+    exp.With, exp.CTE,
 )
 
 _ALLOWED = AGGREGATES + SCALAR_FUNCTIONS + SYNTAX
@@ -89,7 +90,18 @@ def _check_table(node: exp.Table) -> None:
 
 def _check_node(node: exp.Expression, root: exp.Select) -> None:
     if isinstance(node, exp.Select) and node is not root:
-        raise UnsupportedQueryError("subqueries are not supported yet: query one table directly")
+        holder = node.parent
+        placed = (isinstance(holder, exp.Subquery)
+                  and isinstance(holder.parent, exp.From | exp.Join | exp.In)) or isinstance(
+                      holder, exp.CTE)
+        if not placed:
+            raise UnsupportedQueryError(
+                "subqueries are allowed only in FROM, in WITH, and as IN (SELECT ...) over "
+                "public tables")
+    if isinstance(node, exp.Subquery) and not isinstance(node.parent, exp.From | exp.Join
+                                                          | exp.In):
+        raise UnsupportedQueryError(
+            "scalar subqueries and EXISTS are not supported: use a JOIN or IN (SELECT ...)")
     if not isinstance(node, _ALLOWED):
         raise UnsupportedQueryError(f"{_describe(node)} is not supported")
     if isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count):
@@ -103,7 +115,7 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
     if isinstance(node, exp.Var) and not isinstance(node.parent, exp.Extract | exp.Interval):
         raise UnsupportedQueryError(f"bare keyword {node.name!r} is not supported")
     if isinstance(node, exp.Select):
-        for key in ("laterals", "with_", "windows", "qualify", "distinct",
+        for key in ("laterals", "windows", "qualify", "distinct",
                     "sample", "into", "locks", "kind", "settings"):
             if node.args.get(key):
                 message = _SELECT_PARTS.get(key, f"{key.upper()} is not supported")
@@ -113,7 +125,6 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
 
 
 _SELECT_PARTS = {
-    "with_": "WITH (common table expressions) is not supported yet: query one table",
     "distinct": "SELECT DISTINCT would release raw values: use GROUP BY with an aggregate",
     "windows": "window functions are not allowed over private rows",
     "qualify": "QUALIFY is not supported",

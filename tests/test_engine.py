@@ -315,3 +315,31 @@ def test_variance_and_stddev(connect, pums_db):
     low = conn.execute(sql, epsilon=0.5)
     for row in low.rows:  # clamped to what values in [L, U] allow
         assert 0 <= row[2] <= 50**2 and 0 <= row[4] <= 250000
+
+
+def test_subqueries_and_ctes_with_per_user_aggregation(connect, pums_db):
+    conn = connect(budget=(1e7, 0.0), alpha=1e-9)
+    sql = ("WITH t AS (SELECT pid, COUNT(*) AS n, SUM(income) AS inc FROM pums_dup "
+           "GROUP BY pid) SELECT n, COUNT(*) AS people, AVG(inc) AS avg_inc FROM t "
+           "GROUP BY n ORDER BY n")
+    res = conn.execute(sql, epsilon=1e6, max_rows=4)
+    truth = pums_db.execute(sql).fetchall()
+    got = {r[0]: (r[1:], a[1:]) for r, a in zip(res.rows, res.accuracy, strict=True)}
+    assert sorted(got) == [0, 1, 2, 3]  # n is capped at pums_dup's max_rows (3): domain 0..3
+    for n, people, avg_inc in truth:
+        if n < 3:
+            (p, a), (hp, ha) = got[n]
+            assert abs(p - people) <= hp and abs(a - avg_inc) <= ha
+    for sql, message in {
+        "SELECT AVG(n) FROM (SELECT age, COUNT(*) AS n FROM pums GROUP BY age) t":
+            "must GROUP BY the user key",
+        "SELECT AVG(n) FROM (SELECT pid, COUNT(*) AS n FROM pums GROUP BY pid "
+        "ORDER BY n LIMIT 5) t": "ORDER inside a derived table",
+        "SELECT AVG(n) FROM (SELECT COUNT(*) AS n FROM pums GROUP BY pid) t":
+            "must select the user key",
+        "SELECT COUNT(*) FROM pums WHERE age > (SELECT AVG(age) FROM pums)":
+            "scalar subqueries",
+    }.items():
+        with pytest.raises(dpsql.DpsqlError) as info:
+            conn.execute(sql, epsilon=1.0)
+        assert message in str(info.value), sql

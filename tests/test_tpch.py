@@ -176,3 +176,51 @@ def test_foreign_key_path_needs_unique_keys_in_the_database(tpch, tmp_path):
     with pytest.raises(dpsql.CatalogError, match="must be a PRIMARY KEY or UNIQUE"):
         conn.execute("SELECT COUNT(*) FROM lineitem", epsilon=1.0)
     assert conn.budget.spent == (0.0, 0.0)
+
+
+def test_q13_per_user_aggregation_in_a_subquery(tpch, truth):
+    sql = """
+        SELECT c_count, COUNT(*) AS custdist
+        FROM (SELECT c_custkey, COUNT(o_orderkey) AS c_count
+              FROM customer LEFT OUTER JOIN orders
+                ON c_custkey = o_custkey AND o_comment NOT LIKE '%special%requests%'
+              GROUP BY c_custkey) AS c_orders
+        GROUP BY c_count ORDER BY custdist DESC, c_count DESC"""
+    conn = dpsql.connect(tpch, catalog=catalog_path("tpch"), ledger=":memory:")
+    res = conn.execute(sql, epsilon=1.0)
+    # c_count is a per-user count capped at orders' max_rows (10): public domain 0..10
+    assert sorted(r[0] for r in res.rows) == list(range(11))
+    catalog = dataclasses.replace(dpsql.load_catalog(catalog_path("tpch")), budget=None)
+    exact = dpsql.connect(tpch, catalog=catalog, ledger=":memory:", budget=(1e9, 0),
+                          alpha=1e-9)
+    res = exact.execute(sql.replace("COUNT(o_orderkey)", "COUNT(o_orderkey)"), epsilon=1e6,
+                        max_rows=1000)
+    con = duckdb.connect(str(tpch), read_only=True, config={
+        "enable_external_access": False, "lock_configuration": True})
+    want = dict(con.execute(sql.replace("ORDER BY custdist DESC, c_count DESC", "")).fetchall())
+    con.close()
+    got = {r[0]: (r[1], a[1]) for r, a in zip(res.rows, res.accuracy, strict=True)}
+    for c_count, n in want.items():
+        if c_count <= 10:  # above the cap, orders' max_rows folds counts into 10
+            value, width = got[c_count]
+            assert abs(value - n) <= width or c_count == 10
+
+
+def test_in_subquery_over_public_tables(tpch):
+    conn = dpsql.connect(tpch, catalog=catalog_path("tpch"), ledger=":memory:")
+    res = conn.execute("SELECT COUNT(*) FROM lineitem WHERE l_shipdate < DATE '1995-01-01' "
+                       "AND l_partkey IN (SELECT p_partkey FROM part WHERE p_type LIKE "
+                       "'PROMO%')", epsilon=1.0)
+    assert len(res.rows) == 1
+    for sql, message in {
+        "SELECT COUNT(*) FROM lineitem WHERE l_orderkey IN (SELECT o_orderkey FROM orders)":
+            "only public tables",
+        "SELECT COUNT(*) FROM lineitem WHERE NOT l_partkey IN (SELECT p_partkey FROM part)":
+            "bare `column IN",
+        "SELECT COUNT(*) FROM lineitem WHERE l_quantity > (SELECT AVG(p_size) FROM part)":
+            "scalar subqueries",
+    }.items():
+        with pytest.raises(dpsql.DpsqlError) as info:
+            conn.execute(sql, epsilon=1.0)
+        assert message in str(info.value), sql
+    assert conn.budget.spent == (1.0, 0.0)

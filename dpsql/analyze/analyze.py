@@ -22,6 +22,7 @@ from sqlglot import exp
 
 from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import Interval, bounds
+from dpsql.analyze.derived import inline_ctes
 from dpsql.analyze.plan import Cell, GroupKey, Output, Plan, Statistic
 from dpsql.analyze.scope import Scope, build_scope
 from dpsql.catalog import Catalog
@@ -77,6 +78,8 @@ def analyze(
             f"mechanism must be 'laplace' or 'gaussian', got {mechanism!r}")
     if mechanism == "gaussian" and delta <= 0:
         raise PrivacyParameterError("gaussian noise needs delta > 0 (e.g. delta=1e-6)")
+    select = inline_ctes(select)
+    _check_in_subqueries(select, catalog)
     scope, select = build_scope(select, catalog)
     table = scope.primary
     # joined private tables: the finest table's bounds (bounding is enforced either way,
@@ -442,6 +445,8 @@ def _qualify(select: exp.Select, scope: Scope, out_names: set[str]) -> exp.Selec
     select.set("joins", None)
     lowered = {n.lower() for n in out_names}
     for col in list(select.find_all(exp.Column)):
+        if col.find_ancestor(exp.Subquery) is not None:
+            continue  # a derived table or an IN subquery: resolved on its own
         if isinstance(col.this, exp.Star):
             raise UnsupportedQueryError("SELECT t.* would release raw rows")
         resolved = scope.resolve(col)
@@ -460,6 +465,28 @@ def _qualify(select: exp.Select, scope: Scope, out_names: set[str]) -> exp.Selec
             + ", ".join(c for s in scope.sources if not s.hidden for c in s.table.columns)
         )
     return select
+
+
+def _check_in_subqueries(select: exp.Select, catalog: Catalog) -> None:
+    """``x IN (SELECT ...)`` may read public tables only: the set is then public data."""
+    for node in select.find_all(exp.In):
+        query = node.args.get("query")
+        if query is None:
+            continue
+        inner = query.this if isinstance(query, exp.Subquery) else query
+        if not isinstance(inner, exp.Select) or len(inner.expressions) != 1:
+            raise UnsupportedQueryError("IN (SELECT ...) must select exactly one column")
+        tables = list(inner.find_all(exp.Table))
+        for table in tables:
+            name = table.name.lower()
+            if not catalog.has_table(name) or not catalog.table(name).public:
+                raise UnsupportedQueryError(
+                    f"IN (SELECT ...) may read only public tables; {name!r} is "
+                    + ("private" if catalog.has_table(name) else "not in the catalog"))
+        columns = {c for t in tables for c in catalog.table(t.name.lower()).columns}
+        for col in inner.find_all(exp.Column):
+            if col.name.lower() not in columns:
+                raise UnknownColumnError(f"unknown column {col.name!r} in IN (SELECT ...)")
 
 
 def _output_name(item: exp.Expression) -> str:

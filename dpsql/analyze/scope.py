@@ -43,6 +43,9 @@ class Source:
     on: exp.Expression | None = None
     hidden: bool = False
     uid: exp.Column | None = None
+    #: A derived table's bounded SQL, and the catalog tables it reads.
+    derived: exp.Subquery | None = None
+    reads: list[Table] = field(default_factory=list)
 
 
 @dataclass
@@ -119,7 +122,9 @@ class Scope:
         return _table(first), joins
 
 
-def _table(s: Source) -> exp.Table:
+def _table(s: Source) -> exp.Expression:
+    if s.derived is not None:
+        return s.derived.copy()
     table = exp.to_table(s.table.name)
     if s.alias != s.table.name:
         table.set("alias", exp.TableAlias(this=exp.to_identifier(s.alias)))
@@ -144,6 +149,8 @@ def build_scope(select: exp.Select, catalog: Catalog) -> tuple[Scope, exp.Select
             raise UnsupportedQueryError(f"table alias {s.alias!r} is used twice; rename one")
         seen.add(s.alias)
     scope = Scope(sources)
+    for s in sources:
+        scope.unique.extend(getattr(s, "unique", []))
     if len(sources) == 1 and not sources[0].table.user_path:
         _single(scope)
         return scope, select
@@ -193,8 +200,17 @@ def _comma_joins(select: exp.Select, scope: Scope) -> exp.Select:
 
 
 def _source(node: exp.Expression, catalog: Catalog, kind: str, on) -> Source:
+    if isinstance(node, exp.Subquery):
+        from dpsql.analyze.derived import derive
+
+        table, sql, inner = derive(node, catalog)
+        source = Source(table.name, table, kind, on, derived=sql,
+                        reads=[s.table for s in inner.sources if s.derived is None]
+                        + [t for s in inner.sources for t in s.reads])
+        source.unique = inner.unique
+        return source
     if not isinstance(node, exp.Table):
-        raise UnsupportedQueryError("subqueries in FROM are not supported yet: join tables")
+        raise UnsupportedQueryError("only tables and subqueries can be read in FROM")
     name = node.name.lower()
     if not catalog.has_table(name):
         raise UnknownTableError(

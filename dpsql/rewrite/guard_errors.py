@@ -55,7 +55,11 @@ def guard_errors(expression: exp.Select, plan: Plan) -> exp.Select:
 
     where = expression.args.get("where")
     if where is not None:
-        where.set("this", guard(where.this))
+        # conjunct by conjunct: the simple ones stay bare, so filters still push down
+        conjuncts = where.this.flatten() if isinstance(where.this, exp.And) else [where.this]
+        guarded = [_guard_in_subquery(c, columns) if c.find(exp.Subquery) else guard(c)
+                   for c in conjuncts]
+        where.set("this", exp.and_(*guarded) if len(guarded) > 1 else guarded[0])
     group = expression.args.get("group")
     if group is not None:  # GROUP BY lists the keys in order, as the select list does
         group.set("expressions", [guard(k.copy()) for k in group.expressions])
@@ -71,6 +75,19 @@ def guard_errors(expression: exp.Select, plan: Plan) -> exp.Select:
             elif agg.this is not None and not isinstance(agg.this, exp.Star):
                 agg.set("this", guard(agg.this))
     return expression
+
+
+def _guard_in_subquery(e: exp.Expression, columns) -> exp.Expression:
+    """``column IN (SELECT column FROM public ...)``, same type family: cannot fail per row."""
+    inner = e.unnest()
+    if isinstance(inner, exp.In) and isinstance(inner.this, exp.Column) \
+            and inner.args.get("query") is not None:
+        return e
+    from dpsql.errors import UnsupportedQueryError
+
+    raise UnsupportedQueryError(
+        "a subquery in WHERE must be a bare `column IN (SELECT column FROM public_table ...)` "
+        "condition, joined to the rest with AND")
 
 
 def _cast_and_divide(node: exp.Expression) -> exp.Expression:

@@ -1,0 +1,161 @@
+"""Subqueries and CTEs in FROM: per-user aggregation inside, private answers outside.
+
+A derived table may aggregate *per user*::
+
+    SELECT AVG(n) FROM (SELECT pid, COUNT(*) AS n FROM visits GROUP BY pid) t
+
+It must group by the user key (and may add further keys), so each of its rows still
+belongs to one user. Its aggregates get bounds from the contribution bounds, and the
+SQL enforces them when it computes the derived table (``R`` is the inner table's
+``max_rows``):
+
+* ``COUNT(*)`` / ``COUNT(x)``: a user's rows in one inner group, capped at ``R``:
+  ``[0, R]`` (whole numbers, so a GROUP BY on it has the public domain ``0..R``);
+* ``SUM(x)`` with ``x`` in ``[L, U]``: clamped to ``[R·min(L,0), R·max(U,0)]``;
+* ``AVG(x)``: an average of values clamped to ``[L, U]`` stays in ``[L, U]``.
+
+The outer query then sees an ordinary private table whose user key is the inner one,
+with ``max_rows`` 1 when the inner query groups by the user key alone (one row per
+user) and the inner table's bounds otherwise.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.analyze import sensitivity
+from dpsql.analyze.bounds import bounds
+from dpsql.catalog import Catalog, Column, Table
+from dpsql.errors import UnsupportedQueryError
+from dpsql.rewrite._sql import clamp, number
+
+_ALLOWED_AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
+
+
+def inline_ctes(select: exp.Select) -> exp.Select:
+    """Replaces references to WITH tables by the subqueries they name."""
+    with_ = select.args.get("with_")
+    if not with_:
+        return select
+    if with_.args.get("recursive"):
+        raise UnsupportedQueryError("WITH RECURSIVE is not supported")
+    select = select.copy()
+    ctes = {}
+    for cte in select.args["with_"].expressions:
+        body = cte.this
+        for table in list(body.find_all(exp.Table)):  # earlier CTEs inside later ones
+            if table.name.lower() in ctes and not table.args.get("db"):
+                table.replace(_as_subquery(ctes[table.name.lower()], table))
+        ctes[cte.alias.lower()] = body
+    select.set("with_", None)
+    for table in list(select.find_all(exp.Table)):
+        if table.name.lower() in ctes and not table.args.get("db"):
+            table.replace(_as_subquery(ctes[table.name.lower()], table))
+    return select
+
+
+def _as_subquery(body: exp.Select, table: exp.Table) -> exp.Subquery:
+    alias = table.alias or table.name
+    return exp.Subquery(this=body.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias)))
+
+
+def derive(subquery: exp.Subquery, catalog: Catalog):
+    """Analyses a derived table.
+
+    Returns:
+        (the derived table as a catalog table, its bounded SQL, the inner scope).
+    """
+    from dpsql.analyze.scope import build_scope
+
+    inner = subquery.this
+    if not isinstance(inner, exp.Select):
+        raise UnsupportedQueryError("only a SELECT can be used as a derived table")
+    alias = (subquery.alias or "").lower()
+    if not alias:
+        raise UnsupportedQueryError("a subquery in FROM needs an alias")
+    for key in ("order", "limit", "offset", "distinct"):
+        if inner.args.get(key):
+            raise UnsupportedQueryError(
+                f"{key.upper()} inside a derived table is not allowed: it would pick rows "
+                "by their values")
+    scope, inner = build_scope(inner, catalog)
+    if scope.uid is None:
+        raise UnsupportedQueryError("a derived table over a row_privacy table is not supported")
+    from dpsql.analyze.analyze import _qualify  # the same name resolution as outside
+
+    names = [e.alias_or_name for e in inner.expressions]
+    inner = _qualify(inner, scope, set(names))
+    group = inner.args.get("group")
+    keys = list(group.expressions) if group else []
+    if not any(k == scope.uid or scope.is_uid(k) for k in keys):
+        raise UnsupportedQueryError(
+            "a derived table must GROUP BY the user key (so each of its rows belongs to one "
+            "user); aggregate per user inside, privately outside")
+    R = max(s.table.max_rows for s in scope.private)
+    G = max(s.table.max_groups for s in scope.private)
+    columns: dict[str, Column] = {}
+    out = exp.select()
+    user_key = None
+    for item, name in zip(inner.expressions, names, strict=True):
+        name = name.lower()
+        body = item.this if isinstance(item, exp.Alias) else item
+        if name in columns:
+            raise UnsupportedQueryError(f"derived table {alias!r} has two columns named {name!r}")
+        if isinstance(body, _ALLOWED_AGGREGATES):
+            column, sql = _aggregate(body, name, scope, R)
+        elif any(body == k for k in keys):
+            if body == scope.uid or scope.is_uid(body):
+                user_key = name
+                column = Column(name, "int")
+            else:
+                base = scope.column(body) if isinstance(body, exp.Column) else None
+                column = base.__class__(name, base.type, base.lower, base.upper, base.values,
+                                        base.nullable) if base else Column(name, "string")
+            sql = body.copy()
+        else:
+            raise UnsupportedQueryError(
+                f"derived table column {name!r} must be a GROUP BY key or an aggregate "
+                "(COUNT, SUM, AVG)")
+        columns[name] = column
+        out = out.select(exp.alias_(sql, name), copy=False)
+    if user_key is None:
+        raise UnsupportedQueryError("a derived table must select the user key it groups by")
+    first, joins = scope.from_clause()
+    out = out.from_(first, copy=False)
+    for join in joins:
+        out.append("joins", join)
+    if inner.args.get("where"):
+        out.set("where", inner.args["where"].copy())
+    if inner.args.get("having"):
+        raise UnsupportedQueryError("HAVING inside a derived table is not supported yet")
+    out.set("group", exp.Group(expressions=[k.copy() for k in keys]))
+    per_user = len(keys) == 1
+    table = Table(alias, columns, user_key=user_key, max_groups=1 if per_user else G,
+                  max_rows=1 if per_user else R)
+    return (table, exp.Subquery(this=out, alias=exp.TableAlias(this=exp.to_identifier(alias))),
+            scope)
+
+
+def _aggregate(agg: exp.Expression, name: str, scope, R: int) -> tuple[Column, exp.Expression]:
+    arg = agg.this
+    if isinstance(arg, exp.Distinct):
+        raise UnsupportedQueryError("DISTINCT aggregates inside a derived table are not supported")
+    if isinstance(agg, exp.Count):
+        # at most R rows of a user are counted in each inner group
+        counted = exp.Count(this=_try(arg.copy()) if not isinstance(arg, exp.Star) else arg)
+        domain = tuple(range(R + 1)) if R < 10_000 else None  # whole numbers 0..R
+        return Column(name, "int", 0, R, domain), exp.Least(
+            this=counted, expressions=[number(R)], ignore_nulls=True)
+    interval = bounds(arg, scope.column)
+    value = clamp(_try(arg.copy()), interval.lower, interval.upper, keep_null=True)
+    ctype = "int" if interval.integer else "float"
+    if isinstance(agg, exp.Avg):
+        return Column(name, "float", interval.lower, interval.upper, nullable=True), \
+            exp.Avg(this=value)
+    low, high = sensitivity.partial_range("sum", interval, R)
+    total = clamp(exp.Coalesce(this=exp.Sum(this=value), expressions=[number(0)]), low, high)
+    return Column(name, ctype, low, high), total
+
+
+def _try(e: exp.Expression) -> exp.Expression:
+    return e if isinstance(e, exp.Column) else exp.Try(this=e)
