@@ -61,6 +61,8 @@ def load_pums(database: str | Path | duckdb.DuckDBPyConnection) -> None:
                 f"types={types!r})",
                 [str(data_path(filename))],
             )
+        # one row per person in pums: declared, so dpsql can skip the per-user aggregate
+        con.execute("ALTER TABLE pums ADD PRIMARY KEY (pid)")
     finally:
         if not isinstance(database, duckdb.DuckDBPyConnection):
             con.close()

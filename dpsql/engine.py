@@ -137,6 +137,7 @@ class Connection:
         self._cap = None if budget is None else ((float(budget[0]), float(budget[1])), [])
         self._backend: Backend | None = open_backend(database)
         self._schemas_ok: set[str] = set()
+        self._unique_cache: dict[str, set[tuple[str, ...]]] = {}
 
     def _seed_budgets(self, budget) -> None:
         cat = self._catalog
@@ -363,18 +364,26 @@ class Connection:
             raise DpsqlError("connection is closed")
         select = validate(parse(sql))
         plan = analyze(select, self._catalog, epsilon, delta, max_groups, max_rows,
-                       mechanism=mechanism or self._mechanism)
+                       mechanism=mechanism or self._mechanism,
+                       unique=lambda t, c: (c,) in self._unique(backend, t))
         for source in plan.scope.sources:
             for table in source.reads if source.derived is not None else [source.table]:
                 self._check_schema(table, backend)
         for table, column in plan.scope.unique:
-            if (column,) not in backend.unique_columns(table):
+            if (column,) not in self._unique(backend, table):
                 raise CatalogError(
                     f"table {table!r}, column {column!r}: the join to the user follows this "
                     "key, so it must be a PRIMARY KEY or UNIQUE in the database (dpsql "
                     "checks the database, not the catalog); a duplicated key would attach "
                     "one row to two users")
         return plan, rewrite(plan), backend
+
+    def _unique(self, backend: Backend, table: str) -> set[tuple[str, ...]]:
+        """The backend's unique column sets of a table (metadata, cached per connection)."""
+        if table not in self._unique_cache:
+            self._unique_cache[table] = (backend.unique_columns(table)
+                                         if backend.columns(table) is not None else set())
+        return self._unique_cache[table]
 
     def _check_schema(self, table: Table, backend: Backend) -> None:
         """Checks the backend's column types against the catalog (metadata only)."""

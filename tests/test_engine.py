@@ -31,7 +31,8 @@ def test_issue_example(tmp_path):
         assert acc[1] > 0 and acc[2] > 0
     # public keys: no partition selection, so no delta is spent
     assert res.cost == (1.0, 0.0)
-    assert "__per_user" in res.sql and "LEAST(GREATEST(income, 0), 500000)" in res.sql
+    # pums declares PRIMARY KEY (pid): one row per user, so no per-user aggregate
+    assert "__per_user" not in res.sql and "LEAST(GREATEST(income, 0), 500000)" in res.sql
     assert conn.budget.spent == (1.0, 0.0)
     assert conn.budget.remaining == (9.0, 1e-5)
     conn.close()
@@ -76,8 +77,27 @@ def test_explain_spends_nothing(connect):
     assert count["linf"] == 1 and count["scale"] == 3.0
     assert count["half_width"] == 9  # P(|Z| > 9) <= 5% for discrete Laplace(3)
     assert ex.partition_selection["threshold"] == 41
-    assert "__bounded" in ex.sql
-    assert "Rewritten SQL" in str(ex)
+    assert "GROUP BY age" in ex.sql and "Rewritten SQL" in str(ex)
+    dup = conn.explain("SELECT age, COUNT(*) FROM pums_dup GROUP BY age", epsilon=1.0,
+                       delta=1e-6)
+    assert "__per_user" in dup.sql and "__bounded" in dup.sql
+
+
+def test_per_user_aggregate_is_skipped_only_for_keys_unique_in_the_database(tmp_path):
+    path = tmp_path / "u.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE a AS SELECT i AS uid, i % 3 AS g FROM range(100) r(i)")
+    con.execute("CREATE TABLE b AS SELECT * FROM a")
+    con.execute("ALTER TABLE b ADD PRIMARY KEY (uid)")
+    con.close()
+    columns = {"uid": "int", "g": {"type": "int", "values": [0, 1, 2]}}
+    cat = {"tables": {t: {"user_key": "uid", "max_rows": 5, "max_groups": 2,
+                          "columns": columns} for t in ("a", "b")}}
+    conn = dpsql.connect(path, catalog=cat, budget=(10, 0), ledger=":memory:")
+    a = conn.explain("SELECT g, COUNT(*) FROM a GROUP BY g", epsilon=1.0)
+    b = conn.explain("SELECT g, COUNT(*) FROM b GROUP BY g", epsilon=1.0)
+    assert "__per_user" in a.sql and a.statistics[0]["l1"] == 10  # G · R from the catalog
+    assert "__per_user" not in b.sql and b.statistics[0]["l1"] == 1  # one row per user
 
 
 def test_budget_split_across_statistics(connect):

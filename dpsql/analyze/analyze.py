@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Callable
 
 from sqlglot import exp
 
@@ -55,6 +56,7 @@ def analyze(
     max_rows: int | None = None,
     seed: int | None = None,
     mechanism: str = "laplace",
+    unique: Callable[[str, str], bool] | None = None,
 ) -> Plan:
     """Builds the plan of one validated SELECT.
 
@@ -67,6 +69,9 @@ def analyze(
         max_rows: per-query override of the table's ``max_rows``.
         seed: seed of the L0 sampling order (tests); random by default.
         mechanism: ``laplace`` (pure ε-DP statistics) or ``gaussian`` (zCDP; needs δ).
+        unique: ``unique(table, column)`` tells whether the *database* guarantees the
+            column unique (a PRIMARY KEY or UNIQUE constraint). When it does for the user
+            key of a single-table query, each user has exactly one row.
 
     Raises:
         UnknownTableError, UnknownColumnError, UnboundedExpressionError,
@@ -87,8 +92,13 @@ def analyze(
     G = _positive_int(max_groups, "max_groups",
                       max(s.table.max_groups for s in scope.private))
     R = _positive_int(max_rows, "max_rows", max(s.table.max_rows for s in scope.private))
-    if table.row_privacy:
-        # each row is its own user: it touches one group and adds one row to it
+    one_row = table.row_privacy or (
+        scope.single and isinstance(table.user_key, str) and unique is not None
+        and unique(table.name, table.user_key))
+    if one_row:
+        # each row is its own user (row privacy, or a user key the database keeps
+        # unique): a user touches one group and adds one row to it, so the per-user
+        # aggregate and the L0 bound are no-ops and are skipped
         G, R = 1, 1
 
     limit = select.args.get("limit")
@@ -144,9 +154,9 @@ def analyze(
     elif public:
         # keys outside the domain are filtered out, so a user cannot reach more
         # groups than the domain has
-        G_eff, bound = min(G, domain_size), domain_size > G and not table.row_privacy
+        G_eff, bound = min(G, domain_size), domain_size > G and not one_row
     else:
-        G_eff, bound = G, not table.row_privacy
+        G_eff, bound = G, not one_row
 
     stats = a.stats
     selection = None
@@ -211,6 +221,7 @@ def analyze(
         seed=secrets.randbits(31) if seed is None else seed,
         mechanism=mechanism,
         rho=rho_total,
+        one_row_per_user=bool(one_row),
     )
     if selection is not None and any(c.stats == ("__users",) for c in a.cells):
         plan.notes.append(

@@ -126,6 +126,8 @@ class Plan:
     seed: int = 0
     mechanism: str = "laplace"
     rho: float | None = None
+    #: Each user has exactly one row (row privacy, or a unique user key in the database).
+    one_row_per_user: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property

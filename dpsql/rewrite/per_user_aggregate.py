@@ -40,7 +40,7 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
       SUM(__s0) AS __s0
     FROM __per_user
     """
-    if plan.uid is None:
+    if plan.uid is None or plan.one_row_per_user:
         return expression
     R = plan.max_rows
     inner = exp.select(exp.alias_(plan.uid.copy(), UID))

@@ -36,7 +36,7 @@ def statistics_query(plan: Plan) -> exp.Select:
 
 def _aggregate(stat: Statistic, plan: Plan) -> exp.Expression:
     if stat.kind == "users":
-        if plan.uid is None:  # row privacy: every row is its own user
+        if plan.uid is None or plan.one_row_per_user:  # one row per user
             return exp.Count(this=exp.Star())
         return exp.Count(this=exp.Distinct(expressions=[plan.uid.copy()]))
     if stat.kind == "count":
