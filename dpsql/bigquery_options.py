@@ -43,7 +43,8 @@ OPTION_KEYS = {
 }
 
 # Whitespace and SQL comments, any number of them.
-_GAP = r"(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*"
+# one whitespace character per repetition: a nested \s+ inside * backtracks exponentially
+_GAP = r"(?:\s|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*"
 _HEAD = re.compile(r"\A(" + _GAP + r"SELECT\b)", re.IGNORECASE | re.DOTALL)
 _CLAUSE = re.compile(
     _GAP + r"WITH" + _GAP + r"\bDIFFERENTIAL_PRIVACY\b"
@@ -51,8 +52,8 @@ _CLAUSE = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _PAIR = re.compile(r"\A\s*(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>\S.*?)\s*\Z", re.DOTALL)
-_NUMBER = re.compile(r"\A[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\Z")
-_INTEGER = re.compile(r"\A[+-]?\d+\Z")
+_NUMBER = re.compile(r"\A[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\Z", re.ASCII)
+_INTEGER = re.compile(r"\A[+-]?\d+\Z", re.ASCII)
 
 
 def lift_dp_options(sql: str) -> tuple[str, dict[str, int | float]]:
@@ -82,6 +83,11 @@ def lift_dp_options(sql: str) -> tuple[str, dict[str, int | float]]:
     ...
     dpsql.errors.ParseError: differential privacy option epsilon: 'a' is not a finite number
     """
+    from dpsql.parse import MAX_SQL_LENGTH
+
+    if isinstance(sql, str) and len(sql) > MAX_SQL_LENGTH:
+        raise UnsupportedQueryError(
+            f"SQL text is {len(sql)} characters; the limit is {MAX_SQL_LENGTH}")
     if not isinstance(sql, str):
         return sql, {}
     head = _HEAD.match(sql)

@@ -6,15 +6,19 @@ Exit codes: 0 success; 1 a query or catalog was refused (a :class:`DpsqlError`);
 
 from __future__ import annotations
 
+import contextlib
+import math
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
 import sqlglot
+import yaml
 
 import dpsql
-from dpsql.errors import DpsqlError
+from dpsql.errors import CatalogError, DpsqlError, UnknownTableError
 
 DEMO_QUERIES = [
     ("Count and average income by sex (public domain: both keys always shown)",
@@ -40,10 +44,35 @@ def _fail(exc: DpsqlError) -> None:
     sys.exit(1)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _status(message: str):
+    """A spinner on stderr while something slow runs (nothing when stderr is no terminal)."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    return console.status(message) if console.is_terminal else contextlib.nullcontext()
+
+
+_ALPHA = click.FloatRange(0, 1, min_open=True, max_open=True)
+
+
+class _Main(click.Group):
+    """Every refusal (a DpsqlError) anywhere below exits with status 1 and one line."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except DpsqlError as exc:
+            _fail(exc)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(dpsql.__version__, prog_name="dpsql")
 def main() -> None:
-    """dpsql: differentially private answers to aggregate SQL."""
+    """dpsql: differentially private answers to aggregate SQL.
+
+    Exit status: 0 success, 1 refused (a DpsqlError: bad query, catalog or budget),
+    2 usage error.
+    """
 
 
 @main.command()
@@ -62,26 +91,31 @@ def demo(save: Path | None) -> None:
             if old.exists():
                 old.unlink()
         click.echo(f"Loading the bundled PUMS sample (1,000 people) into {path} ...")
-        load_pums(path)
+        with _status("Loading the PUMS sample into DuckDB ..."):
+            load_pums(path)
         budget = (10.0, 1e-5)
         click.echo(f"Connecting with a privacy budget of epsilon={budget[0]:g}, "
                    f"delta={budget[1]:g}.\n")
         try:
             with dpsql.connect(path, catalog=pums_catalog(), budget=budget) as conn:
-                first = None
+                results = []
                 for title, sql, eps, delta in DEMO_QUERIES:
                     click.secho(title, bold=True)
                     click.echo(f"  {sql}")
                     click.echo(f"  epsilon={eps:g}, delta={delta:g}\n")
-                    res = conn.execute(sql, epsilon=eps, delta=delta)
-                    first = first or res
+                    with _status("Answering privately ..."):
+                        res = conn.execute(sql, epsilon=eps, delta=delta)
+                    results.append(res)
                     click.echo(str(res) + "\n")
                 spent, left = conn.budget.spent, conn.budget.remaining
                 click.secho("Budget", bold=True)
                 click.echo(f"  spent     epsilon={spent[0]:g}, delta={spent[1]:g}")
                 click.echo(f"  remaining epsilon={left[0]:g}, delta={left[1]:g}\n")
-                click.secho("Rewritten SQL of the first query (what DuckDB ran)", bold=True)
-                click.echo(sqlglot.transpile(first.sql, read="duckdb", pretty=True)[0])
+                # pums has one row per person (a primary key), so its SQL is a plain
+                # clamped GROUP BY; pums_dup shows the per-user bounding
+                click.secho("Rewritten SQL of the second query (what DuckDB ran): one "
+                            "clamped partial per person and group", bold=True)
+                click.echo(sqlglot.transpile(results[1].sql, read="duckdb", pretty=True)[0])
         except DpsqlError as exc:
             _fail(exc)
 
@@ -95,13 +129,19 @@ def demo(save: Path | None) -> None:
 @click.option("--delta", type=float, default=0.0, show_default=True, help="The query's delta.")
 @click.option("--max-groups", type=int, default=None, help="Override the table's max_groups.")
 @click.option("--max-rows", type=int, default=None, help="Override the table's max_rows.")
-def explain(sql, database, catalog, epsilon, delta, max_groups, max_rows) -> None:
+@click.option("--mechanism", type=click.Choice(["laplace", "gaussian"]), default="laplace",
+              show_default=True, help="Noise: discrete Laplace, or Gaussian (needs delta > 0).")
+@click.option("--alpha", type=_ALPHA, default=0.05, show_default=True,
+              help="Error bars are 1 - alpha confidence intervals.")
+def explain(sql, database, catalog, epsilon, delta, max_groups, max_rows, mechanism,
+            alpha) -> None:
     """Show the rewritten SQL, sensitivities, noise and predicted error; spends nothing."""
     try:
         with dpsql.connect(database, catalog=catalog, budget=(max(epsilon, 1e-9), 0.5),
                            ledger=":memory:") as conn:
             click.echo(str(conn.explain(sql, epsilon=epsilon, delta=delta,
-                                        max_groups=max_groups, max_rows=max_rows)))
+                                        max_groups=max_groups, max_rows=max_rows,
+                                        mechanism=mechanism, alpha=alpha)))
     except DpsqlError as exc:
         _fail(exc)
 
@@ -138,14 +178,19 @@ def _format_result(res, fmt: str) -> str:
               help="Cap for this call; seeds the data set's total if the owner set none.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True, help="Output format.")
+@click.option("--mechanism", type=click.Choice(["laplace", "gaussian"]), default="laplace",
+              show_default=True, help="Noise: discrete Laplace, or Gaussian (needs delta > 0).")
+@click.option("--alpha", type=_ALPHA, default=0.05, show_default=True,
+              help="Error bars are 1 - alpha confidence intervals.")
 def query(sql, database, catalog, epsilon, delta, max_groups, max_rows, ledger, analyst,
-          budget, fmt) -> None:
+          budget, fmt, mechanism, alpha) -> None:
     """Answer one aggregate query privately and charge the ledger."""
     try:
         with dpsql.connect(database, catalog=catalog, budget=budget, ledger=ledger,
                            analyst=analyst) as conn:
-            res = conn.execute(sql, epsilon=epsilon, delta=delta, max_groups=max_groups,
-                               max_rows=max_rows)
+            with _status("Answering privately ..."):
+                res = conn.execute(sql, epsilon=epsilon, delta=delta, max_groups=max_groups,
+                                   max_rows=max_rows, mechanism=mechanism, alpha=alpha)
             click.echo(_format_result(res, fmt))
             if fmt == "table":
                 left = conn.budget.remaining
@@ -153,6 +198,40 @@ def query(sql, database, catalog, epsilon, delta, max_groups, max_rows, ledger, 
                            err=True)
     except DpsqlError as exc:
         _fail(exc)
+
+
+@main.command()
+@click.option("--database", "-d", required=True, help="DuckDB database file.")
+@click.option("--catalog", "-c", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Catalog YAML file.")
+@click.option("--epsilon", "-e", type=click.FloatRange(0, min_open=True), default=0.1,
+              show_default=True, help="Epsilon of each query (.epsilon changes it).")
+@click.option("--delta", type=click.FloatRange(0, 1, max_open=True), default=0.0,
+              show_default=True, help="Delta of each query (.delta changes it).")
+@click.option("--mechanism", type=click.Choice(["laplace", "gaussian"]), default="laplace",
+              show_default=True, help="Noise: discrete Laplace, or Gaussian (needs delta > 0).")
+@click.option("--alpha", type=_ALPHA, default=0.05, show_default=True,
+              help="Error bars are 1 - alpha confidence intervals.")
+@click.option("--ledger", type=click.Path(dir_okay=False), default=None,
+              help="Ledger file (default: beside the database, <database>.ledger.sqlite).")
+@click.option("--analyst", default=None, help="Analyst name (default: the OS user).")
+@click.option("--budget", nargs=2, type=float, default=None, metavar="EPSILON DELTA",
+              help="Cap for this session; seeds the data set's total if the owner set none.")
+def shell(database, catalog, epsilon, delta, mechanism, alpha, ledger, analyst,
+          budget) -> None:
+    """Interactive prompt: SQL answered privately, each query charged to the ledger.
+
+    SQL ends with ';' or an empty line. Commands: .epsilon X, .delta X, .mechanism NAME,
+    .alpha X, .explain SQL, .budget, .tables, .help, .quit. History is kept in
+    ~/.dpsql_history. With input piped in, the exit status is 1 if a statement was
+    refused.
+    """
+    from dpsql.shell import run_shell
+
+    with dpsql.connect(database, catalog=catalog, budget=budget, ledger=ledger,
+                       analyst=analyst) as conn:
+        status = run_shell(conn, epsilon, delta, mechanism, alpha)
+    sys.exit(status)
 
 
 def _ledger(ledger, database):
@@ -301,6 +380,292 @@ def catalog_validate(path) -> None:
         click.echo(f"  {table.name}: {unit}, max_groups={table.max_groups}, "
                    f"max_rows={table.max_rows}, {len(table.columns)} columns, "
                    f"bounded: {', '.join(bounded) or 'none'}")
+
+
+# -- catalog draft and import ------------------------------------------------------------
+
+def _y(value) -> str:
+    """One YAML scalar or flow collection, as text."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**9, allow_unicode=True)
+    text = text.strip()
+    if text.endswith("\n..."):
+        text = text[:-4].strip()
+    return text
+
+
+def _flow(entries: list[tuple[str, object]]) -> str:
+    return "{" + ", ".join(f"{k}: {_y(v)}" for k, v in entries) + "}"
+
+
+def _emit(path: Path | None, text: str) -> None:
+    if path is None:
+        click.echo(text, nl=False)
+    else:
+        path.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {path}", err=True)
+
+
+def _duckdb_type(dtype: str) -> str | None:
+    """The catalog type of a DuckDB column type, or None when dpsql has none for it."""
+    base = dtype.split("(")[0].strip().upper()
+    if "[" in base or base.startswith(("STRUCT", "MAP", "UNION")):
+        return None
+    if base in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT",
+                "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "INT"):
+        return "int"
+    if base in ("FLOAT", "DOUBLE", "REAL", "DECIMAL", "NUMERIC"):
+        return "float"
+    if base in ("VARCHAR", "TEXT", "STRING", "CHAR", "ENUM"):
+        return "string"
+    if base in ("BOOLEAN", "BOOL"):
+        return "bool"
+    if base == "DATE":
+        return "date"
+    if base.startswith("TIMESTAMP"):
+        return "timestamp"
+    return None
+
+
+def draft_catalog(database: str | Path, tables: list[str], user_key: str | None = None,
+                  row_privacy: bool = False, dataset: str | None = None) -> str:
+    """A catalog skeleton for ``tables``, from the database's schema only.
+
+    Only column names, types and NOT NULL constraints are read (DuckDB's
+    information_schema), never a row: bounds are left as ``null`` with a TODO for the
+    data owner, who knows them from outside the data. The draft loads as it is
+    (columns without bounds cannot be aggregated) once the user key is chosen.
+    """
+    import duckdb
+
+    try:
+        con = duckdb.connect(str(database), read_only=True,
+                             config={"enable_external_access": False})
+    except duckdb.Error as exc:
+        raise click.UsageError(f"cannot open DuckDB database {str(database)!r}: {exc}"
+                               ) from None
+    try:
+        schemas = {}
+        for table in tables:
+            rows = con.execute(
+                "SELECT table_name, column_name, data_type, is_nullable "
+                "FROM information_schema.columns WHERE table_schema = current_schema() "
+                "AND lower(table_name) = lower(?) ORDER BY ordinal_position", [table],
+            ).fetchall()
+            if not rows:
+                known = [r[0] for r in con.execute(
+                    "SELECT DISTINCT table_name FROM information_schema.columns "
+                    "WHERE table_schema = current_schema() ORDER BY 1").fetchall()]
+                raise UnknownTableError(f"no table {table!r} in {database} (tables: "
+                                        f"{', '.join(known) or 'none'})")
+            schemas[rows[0][0]] = [(name, dtype, nullable == "YES")
+                                   for _, name, dtype, nullable in rows]
+    finally:
+        con.close()
+
+    out = [
+        f"# dpsql catalog draft for {Path(database).name}, made from the schema alone (no "
+        "row was read).",
+        "# TODO: fill in what you know about the data from outside it, never from the",
+        "# data itself (bounds computed from private data leak them):",
+        "#   lower, upper  the range an aggregate clamps a column to; a column left",
+        "#                 without bounds cannot be aggregated (such queries are refused)",
+        "#   values        optional: the public domain of a grouping column",
+        f"dataset: {_y(dataset or Path(database).stem)}",
+        "# budget: {epsilon: 1, delta: 1e-6}   # TODO (optional): the data set's total",
+        "tables:",
+    ]
+    for table, columns in schemas.items():
+        names = [c[0] for c in columns]
+        if user_key is not None and user_key.lower() not in [n.lower() for n in names]:
+            raise click.BadParameter(f"{user_key!r} is not a column of {table!r} "
+                                     f"({', '.join(names)})", param_hint="--user-key")
+        out.append(f"  {_y(table)}:")
+        if user_key is not None:
+            key = next(n for n in names if n.lower() == user_key.lower())
+            out.append(f"    user_key: {_y(key)}    # the column that identifies a person")
+        elif row_privacy:
+            out.append("    row_privacy: true    # each row is a different person")
+        else:
+            out.append("    user_key: TODO    # TODO: the column that identifies a person, "
+                       "or replace this line with row_privacy: true")
+        if not row_privacy:
+            out.append("    max_groups: 1    # TODO: groups one person may contribute to")
+            out.append("    max_rows: 1      # TODO: rows one person may add to one group")
+        out.append("    columns:")
+        for name, dtype, nullable in columns:
+            ctype = _duckdb_type(dtype)
+            if ctype is None:
+                out.append(f"      # {_y(name)}: DuckDB type {dtype} has no dpsql type; "
+                           "left out")
+                continue
+            entries: list[tuple[str, object]] = [("type", ctype)]
+            is_key = user_key is not None and name.lower() == user_key.lower()
+            note = ""
+            if ctype in ("int", "float") and not is_key:
+                entries += [("lower", None), ("upper", None)]
+                note = "    # TODO: lower, upper"
+            if nullable:
+                entries.append(("nullable", True))
+            out.append(f"      {_y(name)}: {_flow(entries)}{note}")
+    return "\n".join(out) + "\n"
+
+
+#: SmartNoise column types and their catalog types.
+SMARTNOISE_TYPES = {"int": "int", "float": "float", "string": "string", "boolean": "bool",
+                    "datetime": "timestamp"}
+_SMARTNOISE_TABLE_KEYS = ("rows", "rows_exact", "row_privacy", "max_ids", "sample_max_ids",
+                          "clamp_counts", "clamp_columns", "use_dpsu", "censor_dims")
+
+
+def smartnoise_catalog(doc, source: str = "<metadata>", dataset: str | None = None) -> str:
+    """Converts SmartNoise SQL metadata (a parsed YAML document) into catalog YAML.
+
+    ``private_id`` becomes ``user_key``, ``row_privacy: true`` stays, ``max_ids``
+    becomes ``max_rows``, bounds and types are carried over (int bounds widened to
+    integers); options dpsql has no use for are listed in comments.
+
+    Raises:
+        CatalogError: the metadata is not in SmartNoise's format, or a table cannot be
+            expressed (several private_id columns, or no privacy unit at all).
+    """
+    def bad(message: str) -> CatalogError:
+        return CatalogError(f"SmartNoise metadata {source}: {message}")
+
+    if not isinstance(doc, Mapping) or not doc:
+        raise bad("expected a mapping with one collection")
+    collections = [k for k in doc if k != "engine"]
+    if len(collections) != 1:
+        raise bad(f"expected exactly one collection, got {len(collections)}")
+    collection = collections[0]
+    schemas = doc[collection]
+    if not isinstance(schemas, Mapping) or not schemas:
+        raise bad(f"collection {collection!r} must map schema names to tables")
+    if dataset is None:
+        dataset = (str(collection) if collection else
+                   str(next(iter(schemas))) if len(schemas) == 1 else "default").lower()
+    out = [f"# dpsql catalog converted from SmartNoise SQL metadata {source}.",
+           "# Check it: bounds and privacy units are the data owner's promises.",
+           f"dataset: {_y(dataset)}",
+           "tables:"]
+    seen: dict[str, str] = {}
+    for schema, tables in schemas.items():
+        if not isinstance(tables, Mapping):
+            raise bad(f"schema {schema!r} must map table names to their metadata")
+        for table, tdoc in tables.items():
+            qualified = f"{schema}.{table}" if schema else str(table)
+            where = f"table {qualified}"
+            if not isinstance(tdoc, Mapping):
+                raise bad(f"{where}: expected a mapping of options and columns")
+            if str(table).lower() in seen:
+                raise bad(f"{where}: the same table name as {seen[str(table).lower()]} "
+                          "(dpsql catalogs have no schemas)")
+            seen[str(table).lower()] = qualified
+            out += _smartnoise_table(str(table), qualified, tdoc, bad)
+    return "\n".join(out) + "\n"
+
+
+def _smartnoise_table(table: str, qualified: str, tdoc: Mapping, bad) -> list[str]:
+    where = f"table {qualified}"
+    options = {k: tdoc[k] for k in _SMARTNOISE_TABLE_KEYS if k in tdoc}
+    columns = {k: v for k, v in tdoc.items() if k not in _SMARTNOISE_TABLE_KEYS}
+    if not columns:
+        raise bad(f"{where}: no columns")
+    keys = [name for name, c in columns.items()
+            if isinstance(c, Mapping) and c.get("private_id")]
+    if len(keys) > 1:
+        raise bad(f"{where}: several private_id columns ({', '.join(map(str, keys))}); "
+                  "dpsql takes one user key column")
+    row_privacy = bool(options.pop("row_privacy", False))
+    lines = [f"  {_y(table)}:    # SmartNoise {qualified}"]
+    if keys:
+        lines.append(f"    user_key: {_y(str(keys[0]))}    # SmartNoise private_id")
+        max_ids = options.pop("max_ids", 1)
+        if isinstance(max_ids, bool) or not isinstance(max_ids, int) or max_ids < 1:
+            raise bad(f"{where}: max_ids must be a positive integer, got {max_ids!r}")
+        lines.append(f"    max_rows: {max_ids}    # SmartNoise max_ids; max_groups stays 1")
+    elif row_privacy:
+        lines.append("    row_privacy: true")
+    else:
+        raise bad(f"{where}: no private_id column and row_privacy is not true, so nothing "
+                  "says who a row belongs to")
+    if options:
+        lines.append("    # SmartNoise options not carried over: "
+                     + ", ".join(f"{k}: {_y(v)}" for k, v in options.items()))
+    lines.append("    columns:")
+    for name, cdoc in columns.items():
+        lines.append(_smartnoise_column(str(name), cdoc, where, bad))
+    return lines
+
+
+def _smartnoise_column(name: str, cdoc, where: str, bad) -> str:
+    if not isinstance(cdoc, Mapping) or "type" not in cdoc:
+        raise bad(f"{where}, column {name!r}: expected a mapping with a type")
+    sn_type = str(cdoc["type"])
+    ctype = SMARTNOISE_TYPES.get(sn_type)
+    if ctype is None:
+        return f"      # {_y(name)}: SmartNoise type {sn_type!r} has no dpsql type; left out"
+    entries: list[tuple[str, object]] = [("type", ctype)]
+    notes = []
+    lower, upper = cdoc.get("lower"), cdoc.get("upper")
+    if ctype in ("int", "float") and lower is not None and upper is not None:
+        try:
+            lower, upper = float(lower), float(upper)
+        except (TypeError, ValueError):
+            raise bad(f"{where}, column {name!r}: bounds must be numbers") from None
+        if ctype == "int":  # widening keeps every promised value inside
+            lower, upper = math.floor(lower), math.ceil(upper)
+        elif lower.is_integer() and upper.is_integer():
+            lower, upper = int(lower), int(upper)
+        entries += [("lower", lower), ("upper", upper)]
+    elif lower is not None or upper is not None:
+        notes.append("only one bound given (dpsql needs both): bounds left out")
+    # SmartNoise columns are nullable unless declared otherwise; a missing_value is a
+    # substitution dpsql does not make, so NULLs stay possible
+    if cdoc.get("nullable", True) or cdoc.get("missing_value") is not None:
+        entries.append(("nullable", True))
+    dropped = [k for k in ("sensitivity", "missing_value", "card") if k in cdoc]
+    if dropped:
+        notes.append("not carried over: " + ", ".join(f"{k}: {_y(cdoc[k])}"
+                                                       for k in dropped))
+    note = f"    # {'; '.join(notes)}" if notes else ""
+    return f"      {_y(name)}: {_flow(entries)}{note}"
+
+
+@catalog.command("draft")
+@click.argument("tables", nargs=-1, required=True)
+@click.option("--database", "-d", required=True,
+              type=click.Path(exists=True, dir_okay=False), help="DuckDB database file.")
+@click.option("--user-key", default=None, help="Column that identifies a person.")
+@click.option("--row-privacy", is_flag=True, help="Each row is a different person.")
+@click.option("--dataset", default=None, help="Data set name (default: the database's name).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the draft here instead of to stdout.")
+def catalog_draft(tables, database, user_key, row_privacy, dataset, output) -> None:
+    """Catalog skeleton for TABLES from the database schema (no data read).
+
+    Bounds are left as 'lower: null, upper: null' with a TODO: the data owner fills
+    them from outside knowledge, never from the private data.
+    """
+    if user_key and row_privacy:
+        raise click.UsageError("give --user-key or --row-privacy, not both")
+    _emit(output, draft_catalog(database, list(tables), user_key, row_privacy, dataset))
+
+
+@catalog.command("import-smartnoise")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--dataset", default=None,
+              help="Data set name (default: the collection's, or its single schema's).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the catalog here instead of to stdout.")
+def catalog_import_smartnoise(path, dataset, output) -> None:
+    """Convert SmartNoise SQL metadata YAML into a dpsql catalog."""
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{path} is not valid YAML: {exc}") from None
+    text = smartnoise_catalog(doc, path.name, dataset)
+    dpsql.load_catalog(yaml.safe_load(text))  # what is written must load
+    _emit(output, text)
 
 
 if __name__ == "__main__":  # pragma: no cover

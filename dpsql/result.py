@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,31 @@ def _table(header: list[str], body: list[list[str]]) -> str:
     rule = "  ".join("-" * w for w in widths)
     rows = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in body]
     return "\n".join([line, rule, *rows])
+
+
+def _html_table(header: list[str], body: list[list[str]], caption: str | None = None) -> str:
+    """An HTML table of already-formatted text cells; every string is escaped here."""
+    esc = html.escape
+    parts = ['<table class="dpsql">']
+    if caption:
+        parts.append(f"<caption>{esc(caption)}</caption>")
+    parts.append("<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header)
+                 + "</tr></thead>")
+    parts.append("<tbody>")
+    for row in body:
+        parts.append("<tr>" + "".join(f'<td style="text-align:right">{esc(c)}</td>'
+                                      for c in row) + "</tr>")
+    parts.append("</tbody></table>")
+    return "".join(parts)
+
+
+def _arrow_column(values: list):
+    import pyarrow as pa
+
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed kinds: keep them as text
+        return pa.array([None if v is None else str(v) for v in values], type=pa.string())
 
 
 @dataclass(frozen=True)
@@ -62,6 +88,23 @@ class Result:
 
         return pd.DataFrame.from_records(self.rows, columns=self.columns)
 
+    @property
+    def arrow(self):
+        """The rows as a pyarrow Table (columns as in ``columns``), values only.
+
+        The error bars are not columns of the table: they are in :attr:`accuracy`. The
+        table's schema metadata records the cost and confidence level
+        (``dpsql.epsilon``, ``dpsql.delta``, ``dpsql.confidence``).
+        """
+        import pyarrow as pa
+
+        arrays = [_arrow_column([row[i] for row in self.rows])
+                  for i in range(len(self.columns))]
+        metadata = {"dpsql.epsilon": repr(float(self.cost[0])),
+                    "dpsql.delta": repr(float(self.cost[1])),
+                    "dpsql.confidence": repr(1 - self.alpha)}
+        return pa.Table.from_arrays(arrays, names=list(self.columns), metadata=metadata)
+
     def __len__(self) -> int:
         return len(self.rows)
 
@@ -79,6 +122,18 @@ class Result:
         )
 
     __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        """Notebook display: each value with its ± error bar, the cost and confidence."""
+        body = [[_fmt(v, w) for v, w in zip(row, acc, strict=True)]
+                for row, acc in zip(self.rows, self.accuracy, strict=True)]
+        conf = f"{100 * (1 - self.alpha):g}%"
+        footer = (f"{len(self.rows)} rows; ± is the {conf} confidence interval half-width; "
+                  f"spent ε = {self.cost[0]:g}, δ = {self.cost[1]:g}")
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
+        return ('<div class="dpsql-result">' + _html_table(list(self.columns), body)
+                + f"<p><small>{html.escape(footer)}</small></p>"
+                + (f'<ul style="font-size:smaller">{notes}</ul>' if notes else "") + "</div>")
 
 
 @dataclass(frozen=True)
@@ -133,3 +188,29 @@ class Explanation:
         return "\n".join(parts)
 
     __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        """Notebook display of :meth:`__str__`'s content, escaped."""
+        esc = html.escape
+        conf = f"±{100 * (1 - self.alpha):g}%"
+        share = "rho" if self.mechanism == "gaussian" else "epsilon"
+        body = [[s["name"], s["statistic"], f"{s['linf']:g}", f"{s['l1']:g}",
+                 f"{(s['rho'] if share == 'rho' and s['rho'] is not None else s['epsilon']):.4g}",
+                 s["mechanism"], f"{s['scale']:.4g}",
+                 f"{s['half_width']:,.4g}"] for s in self.statistics]
+        parts = ['<div class="dpsql-explanation">',
+                 f"<p><b>Rewritten SQL</b></p><pre>{esc(self.sql)}</pre>",
+                 f"<p>Contribution bounds: max_groups={self.max_groups}, "
+                 f"max_rows={self.max_rows}</p>",
+                 _html_table(["name", "statistic", "L∞", "L1", share, "mechanism", "scale",
+                              conf], body)]
+        if self.partition_selection:
+            ps = self.partition_selection
+            parts.append(f"<p>Partition selection: keys need a noisy user count &gt;= "
+                         f"{esc(str(ps['threshold']))} (ε = {ps['epsilon']:.4g}, "
+                         f"δ = {ps['delta']:g})</p>")
+        rho = f" (zCDP ρ = {self.rho:.4g})" if self.rho is not None else ""
+        parts.append(f"<p><b>Cost</b>: ε = {self.cost[0]:g}, δ = {self.cost[1]:g}{rho}</p>")
+        parts += [f"<p>Note: {esc(n)}</p>" for n in self.notes]
+        parts.append("</div>")
+        return "".join(parts)

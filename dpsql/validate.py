@@ -78,7 +78,12 @@ def validate(expression: exp.Expression) -> exp.Expression:
 def _check_table(node: exp.Table) -> None:
     if not isinstance(node.this, exp.Identifier):
         inner = node.this
-        name = inner.sql_name() if isinstance(inner, exp.Func) else type(inner).__name__.upper()
+        if isinstance(inner, exp.Anonymous):
+            name = str(inner.this).upper()
+        elif isinstance(inner, exp.Func):
+            name = inner.sql_name()
+        else:
+            name = type(inner).__name__.upper()
         raise UnsupportedQueryError(
             f"table function {name} is not allowed: only tables of the catalog can be read"
         )

@@ -38,6 +38,9 @@ from dpsql.validate import AGGREGATES
 
 _VARIANCES = (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop)
 
+#: Most noisy statistics in one query (each costs a share of the budget anyway).
+MAX_STATISTICS = 200
+
 #: Largest number of group keys released from public domains in one query.
 MAX_DOMAIN_CELLS = 1_000_000
 
@@ -244,6 +247,7 @@ class _Analysis:
         self.table = scope.primary
         self.R = max_rows
         self.stats: list[Statistic] = []
+        self._by_key: dict[tuple, Statistic] = {}
         self.cells: list[Cell] = []
         self._cell_by_sql: dict[str, Cell] = {}
 
@@ -260,9 +264,13 @@ class _Analysis:
             or (interval.integer and float(center).is_integer()),
             nullable=arg is not None and not self._never_null(arg),
         )
-        for s in self.stats:
-            if s.key() == candidate.key():
-                return s
+        key = candidate.key()
+        if key in self._by_key:
+            return self._by_key[key]
+        if len(self.stats) >= MAX_STATISTICS:
+            raise UnsupportedQueryError(
+                f"the query needs more than {MAX_STATISTICS} noisy statistics; split it")
+        self._by_key[key] = candidate
         if kind in ("sum", "sumsq"):
             shifted = Interval(interval.lower - center, interval.upper - center, candidate.integer)
             candidate.linf = sensitivity.linf(kind, shifted, self.R)
@@ -508,16 +516,28 @@ def _output_name(item: exp.Expression) -> str:
     return item.sql(dialect="duckdb")
 
 
+#: Accepted range of a query's epsilon (beyond it, noise scales over- or underflow).
+EPSILON_RANGE = (1e-9, 1e9)
+
+
 def _privacy_parameters(epsilon: float, delta: float) -> tuple[float, float]:
     if isinstance(epsilon, bool) or not isinstance(epsilon, int | float):
         raise PrivacyParameterError(f"epsilon must be a number, got {epsilon!r}")
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise PrivacyParameterError(f"epsilon must be a positive finite number, got {epsilon}")
     if isinstance(delta, bool) or not isinstance(delta, int | float):
         raise PrivacyParameterError(f"delta must be a number, got {delta!r}")
+    try:
+        epsilon, delta = float(epsilon), float(delta)
+    except OverflowError:
+        raise PrivacyParameterError("epsilon and delta must be finite numbers") from None
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise PrivacyParameterError(f"epsilon must be a positive finite number, got {epsilon}")
+    if not EPSILON_RANGE[0] <= epsilon <= EPSILON_RANGE[1]:
+        raise PrivacyParameterError(
+            f"epsilon must be between {EPSILON_RANGE[0]:g} and {EPSILON_RANGE[1]:g}, "
+            f"got {epsilon:g}")
     if not (math.isfinite(delta) and 0 <= delta < 1):
         raise PrivacyParameterError(f"delta must be in [0, 1), got {delta}")
-    return float(epsilon), float(delta)
+    return epsilon, delta
 
 
 def _positive_int(value: int | None, name: str, default: int) -> int:

@@ -63,7 +63,11 @@ def bounds(expression: exp.Expression,
         UnboundedExpressionError: a column without bounds, or a construct (such as a
             division by an expression that may be zero) that has no finite bounds.
     """
-    return _Bounds(columns).visit(expression)
+    interval = _Bounds(columns).visit(expression)
+    if not (math.isfinite(interval.lower) and math.isfinite(interval.upper)):
+        raise UnboundedExpressionError(
+            f"the bounds of {expression.sql(dialect='duckdb')[:80]!r} are not finite numbers")
+    return interval
 
 
 class _Bounds:

@@ -46,6 +46,7 @@ class Source:
     #: A derived table's bounded SQL, and the catalog tables it reads.
     derived: exp.Subquery | None = None
     reads: list[Table] = field(default_factory=list)
+    inner: Scope | None = None
 
 
 @dataclass
@@ -80,7 +81,17 @@ class Scope:
         raise UnknownTableError(f"table or alias {alias!r} is not in FROM")
 
     def column(self, col: exp.Column) -> Column:
-        """The catalog column a normalised column reference names."""
+        """The catalog column a normalised column reference names.
+
+        Columns of a derived table's own FROM clause are found in its inner scope.
+        """
+        if col.table and all(s.alias != col.table for s in self.sources):
+            for s in self.sources:
+                if s.inner is not None:
+                    try:
+                        return s.inner.column(col)
+                    except (UnknownTableError, KeyError):
+                        continue
         src = self.source(col.table) if col.table else self.sources[0]
         return src.table.column(col.name)
 
@@ -206,7 +217,7 @@ def _source(node: exp.Expression, catalog: Catalog, kind: str, on) -> Source:
         table, sql, inner = derive(node, catalog)
         source = Source(table.name, table, kind, on, derived=sql,
                         reads=[s.table for s in inner.sources if s.derived is None]
-                        + [t for s in inner.sources for t in s.reads])
+                        + [t for s in inner.sources for t in s.reads], inner=inner)
         source.unique = inner.unique
         return source
     if not isinstance(node, exp.Table):

@@ -22,10 +22,38 @@ class Backend(ABC):
     supports_hash: bool = True
     #: The engine can refuse file and network access for the session.
     supports_no_external_access: bool = False
+    #: The engine has GREATEST/LEAST that skip NULL arguments.
+    supports_greatest_least: bool = True
+    #: The engine has TRY(...) (an error becomes NULL); without it the dialect layer makes
+    #: every guarded expression error-free in the engine's own terms.
+    supports_try: bool = True
+    #: Integer sums are exact whatever their size (HUGEINT or NUMERIC accumulators).
+    supports_exact_integer_sums: bool = True
+    #: The engine enforces PRIMARY KEY/UNIQUE constraints (needed to join along foreign
+    #: keys to the user: see :meth:`unique_columns`).
+    supports_unique_constraints: bool = True
+    #: The dialect layer: AST transforms ``(expression, Context) -> expression`` that turn
+    #: the rewritten (DuckDB-flavoured) AST into one this engine runs error-free
+    #: (:mod:`dpsql.backends.dialects`). Applied in order by :meth:`to_sql`.
+    transforms: tuple = ()
 
     def to_sql(self, expression: exp.Expression) -> str:
-        """Transpiles a rewritten AST to this backend's SQL."""
+        """Transpiles a rewritten AST to this backend's SQL (dialect transforms, then sqlglot).
+
+        Raises:
+            BackendError: (not charged) a construct this backend cannot run error-free.
+        """
+        if self.transforms:
+            from dpsql.backends import dialects
+
+            ctx = dialects.context(expression, self.columns, self.dialect,
+                                   **self.dialect_options())
+            expression = dialects.apply(expression, self.transforms, ctx)
         return expression.sql(dialect=self.dialect)
+
+    def dialect_options(self) -> dict:
+        """Facts about the connected engine the transforms need (e.g. its version)."""
+        return {}
 
     @abstractmethod
     def columns(self, table: str) -> dict[str, str] | None:

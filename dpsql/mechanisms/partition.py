@@ -37,8 +37,9 @@ class LaplaceThreshold:
         self.epsilon, self.delta, self.max_groups = epsilon, delta, max_groups
         self.noise = DiscreteLaplace(max_groups / epsilon)
         q = math.exp(-1.0 / self.noise.scale)
-        # smallest integer m = τ − 1 >= 1 with G · q^m / (1 + q) <= δ
-        m = math.ceil(math.log(delta * (1 + q) / max_groups) / math.log(q))
+        # smallest integer m = τ − 1 >= 1 with G · q^m / (1 + q) <= δ (q underflows to 0
+        # for tiny scales: then no noise is ever drawn and m = 1 suffices)
+        m = 1 if q == 0.0 else math.ceil(math.log(delta * (1 + q) / max_groups) / math.log(q))
         self.threshold = max(m, 1) + 1
 
     def privacy_map(self) -> tuple[float, float]:

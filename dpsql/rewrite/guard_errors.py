@@ -23,6 +23,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
+from dpsql.errors import UnknownTableError
 from dpsql.rewrite.statistics_query import argument, value_expression
 
 _SIMPLE = (exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.And,
@@ -51,15 +52,26 @@ def guard_errors(expression: exp.Select, plan: Plan) -> exp.Select:
     expression = expression.transform(_cast_and_divide)
 
     def guard(e: exp.Expression) -> exp.Expression:
-        return e if _error_free(e, columns) else exp.Try(this=e)
+        try:
+            return e if _error_free(e, columns) else exp.Try(this=e)
+        except (KeyError, UnknownTableError):  # a derived table's or hidden table's column
+            return exp.Try(this=e)
 
-    where = expression.args.get("where")
-    if where is not None:
+    def guard_condition(cond: exp.Expression) -> exp.Expression:
         # conjunct by conjunct: the simple ones stay bare, so filters still push down
-        conjuncts = where.this.flatten() if isinstance(where.this, exp.And) else [where.this]
+        conjuncts = cond.flatten() if isinstance(cond, exp.And) else [cond]
         guarded = [_guard_in_subquery(c, columns) if c.find(exp.Subquery) else guard(c)
                    for c in conjuncts]
-        where.set("this", exp.and_(*guarded) if len(guarded) > 1 else guarded[0])
+        return exp.and_(*guarded) if len(guarded) > 1 else guarded[0]
+
+    # every WHERE and JOIN condition, derived tables' included
+    for select in list(expression.find_all(exp.Select)):
+        where = select.args.get("where")
+        if where is not None:
+            where.set("this", guard_condition(where.this))
+        for join in select.args.get("joins") or []:
+            if join.args.get("on") is not None:
+                join.set("on", guard_condition(join.args["on"]))
     group = expression.args.get("group")
     if group is not None:  # GROUP BY lists the keys in order, as the select list does
         group.set("expressions", [guard(k.copy()) for k in group.expressions])

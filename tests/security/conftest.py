@@ -19,7 +19,9 @@ failure" in one line.
 from __future__ import annotations
 
 import dataclasses
+import signal
 import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -30,7 +32,7 @@ from dpsql.datasets import load_pums, pums_catalog
 #: Budget of the rich connection: effectively unlimited for a test session.
 RICH_BUDGET = (1e9, 0.9)
 #: Seconds any single query may take before the suite calls it a hang.
-HANG_SECONDS = 30.0
+HANG_SECONDS = 20.0
 
 
 @pytest.fixture(scope="session")
@@ -112,13 +114,39 @@ class Outcome:
         if self.kind == RESULT:
             return f"answered: columns={self.value.columns} rows={self.value.rows[:5]!r}"
         if self.kind == HANG:
-            return f"no answer after {HANG_SECONDS} s"
+            return "no answer within the time limit (hang)"
         exc = self.value
         return f"{self.kind}: {type(exc).__module__}.{type(exc).__name__}: {str(exc)[:300]}"
 
 
+class Hang(BaseException):
+    """Raised into a call that ran past its time limit (see :func:`call_with_timeout`)."""
+
+
 def call_with_timeout(fn, seconds: float = HANG_SECONDS):
-    """Runs ``fn()`` in a daemon thread; returns (finished, value, exception)."""
+    """Runs ``fn()`` with a time limit; returns (finished, value, exception).
+
+    In the main thread a SIGALRM timer raises :class:`Hang` inside the call. That also
+    interrupts C code that holds the GIL but checks for signals, such as a regular
+    expression stuck in catastrophic backtracking, which a watchdog thread could not
+    (it would never get the GIL back). Elsewhere, a daemon thread is the fallback.
+    """
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        def on_alarm(signum, frame):
+            raise Hang(f"no answer after {seconds} s")
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return True, fn(), None
+        except Hang:
+            return False, None, None
+        except BaseException as exc:  # noqa: BLE001 - classified by the caller
+            return True, None, exc
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
     box: dict = {}
 
     def target():
@@ -135,8 +163,8 @@ def call_with_timeout(fn, seconds: float = HANG_SECONDS):
     return True, box.get("value"), box.get("exc")
 
 
-def outcome(conn: dpsql.Connection, sql, epsilon=1.0, delta=0.0, *, timeout: float | None = None,
-            **kwargs) -> Outcome:
+def outcome(conn: dpsql.Connection, sql, epsilon=1.0, delta=0.0, *,
+            timeout: float | None = HANG_SECONDS, **kwargs) -> Outcome:
     """Runs one query and classifies the result (never raises)."""
     before = conn.budget.spent
 
@@ -151,7 +179,7 @@ def outcome(conn: dpsql.Connection, sql, epsilon=1.0, delta=0.0, *, timeout: flo
     else:
         finished, value, exc = call_with_timeout(run, timeout)
     if not finished:
-        return Outcome(HANG, None, before, before)
+        return Outcome(HANG, None, before, conn.budget.spent)
     after = conn.budget.spent
     if exc is None:
         assert isinstance(value, dpsql.Result), f"execute returned {type(value)!r}"
@@ -168,3 +196,14 @@ def assert_safe(out: Outcome) -> None:
     if out.kind == REFUSED:
         assert out.charged_nothing, (
             f"refused but charged: {out.spent_before} -> {out.spent_after}; {out.describe()}")
+
+
+@pytest.fixture(scope="session")
+def sec():
+    """The helpers of this file, for test modules (conftest is not importable by name)."""
+    return types.SimpleNamespace(
+        outcome=outcome, assert_safe=assert_safe, call_with_timeout=call_with_timeout, Hang=Hang,
+        open_owner_conn=open_owner_conn, open_rich_conn=open_rich_conn,
+        RESULT=RESULT, REFUSED=REFUSED, CHARGED=CHARGED, FOREIGN=FOREIGN, HANG=HANG,
+        HANG_SECONDS=HANG_SECONDS, RICH_BUDGET=RICH_BUDGET,
+    )
