@@ -120,19 +120,32 @@ def demo(save: Path | None) -> None:
             _fail(exc)
 
 
+def _query_options(fn):
+    """The options `query` and `explain` share (one definition, so their --help agree)."""
+    options = [
+        click.argument("sql"),
+        click.option("--database", "-d", required=True, help="DuckDB database file."),
+        click.option("--catalog", "-c", required=True,
+                     type=click.Path(exists=True, dir_okay=False), help="Catalog YAML file."),
+        click.option("--epsilon", "-e", type=float, required=True, help="The query's epsilon."),
+        click.option("--delta", type=float, default=0.0, show_default=True,
+                     help="The query's delta."),
+        click.option("--max-groups", type=int, default=None,
+                     help="Override the table's max_groups."),
+        click.option("--max-rows", type=int, default=None, help="Override the table's max_rows."),
+        click.option("--mechanism", type=click.Choice(["laplace", "gaussian"]),
+                     default="laplace", show_default=True,
+                     help="Noise: discrete Laplace, or Gaussian (needs delta > 0)."),
+        click.option("--alpha", type=_ALPHA, default=0.05, show_default=True,
+                     help="Error bars are 1 - alpha confidence intervals."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
 @main.command()
-@click.argument("sql")
-@click.option("--database", "-d", required=True, help="DuckDB database file.")
-@click.option("--catalog", "-c", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="Catalog YAML file.")
-@click.option("--epsilon", "-e", type=float, required=True, help="The query's epsilon.")
-@click.option("--delta", type=float, default=0.0, show_default=True, help="The query's delta.")
-@click.option("--max-groups", type=int, default=None, help="Override the table's max_groups.")
-@click.option("--max-rows", type=int, default=None, help="Override the table's max_rows.")
-@click.option("--mechanism", type=click.Choice(["laplace", "gaussian"]), default="laplace",
-              show_default=True, help="Noise: discrete Laplace, or Gaussian (needs delta > 0).")
-@click.option("--alpha", type=_ALPHA, default=0.05, show_default=True,
-              help="Error bars are 1 - alpha confidence intervals.")
+@_query_options
 def explain(sql, database, catalog, epsilon, delta, max_groups, max_rows, mechanism,
             alpha) -> None:
     """Show the rewritten SQL, sensitivities, noise and predicted error; spends nothing."""
@@ -163,14 +176,7 @@ def _format_result(res, fmt: str) -> str:
 
 
 @main.command()
-@click.argument("sql")
-@click.option("--database", "-d", required=True, help="DuckDB database file.")
-@click.option("--catalog", "-c", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="Catalog YAML file.")
-@click.option("--epsilon", "-e", type=float, required=True, help="The query's epsilon.")
-@click.option("--delta", type=float, default=0.0, show_default=True, help="The query's delta.")
-@click.option("--max-groups", type=int, default=None, help="Override the table's max_groups.")
-@click.option("--max-rows", type=int, default=None, help="Override the table's max_rows.")
+@_query_options
 @click.option("--ledger", type=click.Path(dir_okay=False), default=None,
               help="Ledger file (default: beside the database, <database>.ledger.sqlite).")
 @click.option("--analyst", default=None, help="Analyst name (default: the OS user).")
@@ -178,10 +184,6 @@ def _format_result(res, fmt: str) -> str:
               help="Cap for this call; seeds the data set's total if the owner set none.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True, help="Output format.")
-@click.option("--mechanism", type=click.Choice(["laplace", "gaussian"]), default="laplace",
-              show_default=True, help="Noise: discrete Laplace, or Gaussian (needs delta > 0).")
-@click.option("--alpha", type=_ALPHA, default=0.05, show_default=True,
-              help="Error bars are 1 - alpha confidence intervals.")
 def query(sql, database, catalog, epsilon, delta, max_groups, max_rows, ledger, analyst,
           budget, fmt, mechanism, alpha) -> None:
     """Answer one aggregate query privately and charge the ledger."""

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from fractions import Fraction
 from functools import cache
 from statistics import NormalDist
 
 import numpy as np
 import opendp.prelude as dp
+
+from dpsql.mechanisms.laplace import Grid
 
 dp.enable_features("contrib")
 
@@ -86,34 +87,15 @@ class DiscreteGaussian:
         return [int(v) + z for v, z in zip(values, noise, strict=True)]
 
 
-class GridGaussian:
+class GridGaussian(Grid):
     """Gaussian noise on real statistics: round to ``2^k``, then discrete Gaussian."""
 
-    integer = False
-
     def __init__(self, sigma_units: float, k: int):
-        self.units = DiscreteGaussian(sigma_units)
-        self.k = k
-        self.grid = 2.0**k
-
-    @property
-    def scale(self) -> float:
-        return self.units.sigma * self.grid
+        super().__init__(DiscreteGaussian(sigma_units), k)
 
     def privacy_map(self, linf: float, max_groups: int) -> float:
         steps = math.floor(linf / self.grid) + 1
         return self.units.privacy_map(max_groups * steps**2)
-
-    def accuracy(self, alpha: float) -> float:
-        return self.units.accuracy(alpha) * self.grid + self.grid / 2
-
-    def release(self, values: Sequence[float]) -> list[float]:
-        if len(values) == 0:
-            return []
-        noise = self.units.sample(len(values))
-        step = Fraction(2) ** self.k
-        return [float((round(Fraction(v) / step) + int(z)) * step)
-                for v, z in zip(values, noise.tolist(), strict=True)]
 
 
 def gaussian(linf: float, max_groups: int, rho: float,

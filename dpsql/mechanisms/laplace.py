@@ -90,7 +90,43 @@ class Constant:
         return list(values)
 
 
-class GridLaplace:
+class Grid:
+    """Real statistics on the grid ``g = 2^k``: round, noise in grid units, scale back.
+
+    Subclasses set ``units`` (an integer mechanism) and define the privacy map.
+    """
+
+    integer = False
+    units: DiscreteLaplace
+
+    def __init__(self, units, k: int):
+        self.units = units
+        self.k = k
+        self.grid = 2.0**k
+
+    @property
+    def scale(self) -> float:
+        return self.units.scale * self.grid
+
+    def accuracy(self, alpha: float) -> float:
+        # noise in grid units, plus half a grid step lost to rounding the true value
+        return self.units.accuracy(alpha) * self.grid + self.grid / 2
+
+    def release(self, values: Sequence[float]) -> list[float]:
+        if len(values) == 0:
+            return []
+        noise = self.units.sample(len(values))
+        if any(isinstance(v, int) and abs(v) > 2**53 for v in values):
+            # huge exact integers: round to the grid exactly, without a float detour
+            step = Fraction(2) ** self.k
+            return [float((round(Fraction(v) / step) + int(z)) * step)
+                    for v, z in zip(values, noise.tolist(), strict=True)]
+        # v / 2^k is exact; rint rounds half to even, as the privacy maps allow
+        rounded = np.rint(np.asarray(values, dtype=np.float64) / self.grid)
+        return ((rounded + noise.astype(np.float64)) * self.grid).tolist()
+
+
+class GridLaplace(Grid):
     """Laplace noise on real statistics: round to the grid ``g = 2^k``, then add
     discrete Laplace noise in units of ``g``; the output is a multiple of ``g``.
 
@@ -107,36 +143,11 @@ class GridLaplace:
     0.500122
     """
 
-    integer = False
-
     def __init__(self, scale_units: float, k: int):
-        self.units = DiscreteLaplace(scale_units)
-        self.k = k
-        self.grid = 2.0**k
-
-    @property
-    def scale(self) -> float:
-        return self.units.scale * self.grid
+        super().__init__(DiscreteLaplace(scale_units), k)
 
     def privacy_map(self, linf: float, max_groups: int) -> float:
         return max_groups * (math.floor(linf / self.grid) + 1) / self.units.scale
-
-    def accuracy(self, alpha: float) -> float:
-        # noise in grid units, plus half a grid step lost to rounding the true value
-        return self.units.accuracy(alpha) * self.grid + self.grid / 2
-
-    def release(self, values: Sequence[float]) -> list[float]:
-        if len(values) == 0:
-            return []
-        noise = self.units.sample(len(values))
-        if any(isinstance(v, int) and abs(v) > 2**53 for v in values):
-            # huge exact integers: round to the grid exactly, without a float detour
-            step = Fraction(2) ** self.k
-            return [float((round(Fraction(v) / step) + int(z)) * step)
-                    for v, z in zip(values, noise.tolist(), strict=True)]
-        # v / 2^k is exact; rint rounds half to even, as the privacy map allows
-        rounded = np.rint(np.asarray(values, dtype=np.float64) / self.grid)
-        return ((rounded + noise.astype(np.float64)) * self.grid).tolist()
 
 
 def laplace(
