@@ -97,12 +97,15 @@ def default_ledger_path(database: Any) -> Path:
         row = database.execute("SELECT path FROM duckdb_databases() "
                                "WHERE database_name = current_database()").fetchone()
         path = row[0] if row and row[0] else None
-    elif isinstance(database, str | Path) and str(database) != ":memory:":
-        path = database
+    else:
+        from dpsql.backends import ledger_home
+
+        path = ledger_home(database)  # a DuckDB/SQLite file; None for servers and Spark
     if path is None:
         raise LedgerError(
-            "an in-memory database has no place for a ledger: pass ledger=PATH, or "
-            "ledger=':memory:' for a budget that lasts only as long as this connection"
+            "a database in memory, a server URL or a SparkSession has no place for a "
+            "ledger: pass ledger=PATH, or ledger=':memory:' for a budget that lasts only "
+            "as long as this connection"
         )
     path = Path(path)
     return path.with_name(path.name + ".ledger.sqlite")

@@ -29,7 +29,7 @@ import pytest
 import dpsql
 from dpsql.analyze import analyze
 from dpsql.backends import open_backend
-from dpsql.backends.loaders import copy_tables, load_pums_into, load_tpch_into
+from dpsql.backends.loaders import copy_tables, load_tpch_into
 from dpsql.catalog import load_catalog
 from dpsql.datasets import catalog_path, load_pums, load_tpch, pums_catalog, tpchgen
 from dpsql.errors import BackendError, CatalogError

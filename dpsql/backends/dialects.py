@@ -229,12 +229,14 @@ def _replace_all(expression: exp.Expression, kind, fn) -> exp.Expression:
     for node in list(expression.find_all(*kinds)):
         if node.parent is None and node is not expression:
             continue  # inside a node already replaced
-        new = fn(node)
-        if new is not node:
-            if node is expression:
-                expression = new
-            else:
-                node.replace(new)
+        parent, key, index = node.parent, node.arg_key, node.index
+        new = fn(node)  # may wrap ``node``: its place was recorded first
+        if new is node:
+            continue
+        if parent is None:
+            expression = new
+        else:
+            parent.set(key, new, index)
     return expression
 
 
@@ -435,8 +437,8 @@ def sqlite_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
         this=SQLITE_HASH, expressions=[seed, uid, *keys]))
 
 
-SQLITE = (sqlite_try, sqlite_fold_decimals, sqlite_functions, sqlite_greatest_least, sqlite_arithmetic, sqlite_strings,
-          sqlite_dates, sqlite_sums, sqlite_hash)
+SQLITE = (sqlite_try, sqlite_fold_decimals, sqlite_functions, sqlite_greatest_least,
+          sqlite_arithmetic, sqlite_strings, sqlite_dates, sqlite_sums, sqlite_hash)
 
 
 # -- PostgreSQL ------------------------------------------------------------------------

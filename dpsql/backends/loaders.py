@@ -7,8 +7,8 @@ not dpsql's read-only one). Data definition statements here are written by sqlgl
 DuckDB's type names.
 
 >>> import duckdb, sqlite3, tempfile, os
->>> src = duckdb.connect(); src.execute("CREATE TABLE t (a BIGINT PRIMARY KEY, b DOUBLE)")
-<duckdb.DuckDBPyConnection object at ...>
+>>> src = duckdb.connect()
+>>> _ = src.execute("CREATE TABLE t (a BIGINT PRIMARY KEY, b DOUBLE)")
 >>> _ = src.execute("INSERT INTO t VALUES (1, 2.5), (2, NULL)")
 >>> path = os.path.join(tempfile.mkdtemp(), "t.db")
 >>> copy_tables(src, "sqlite:///" + path, ["t"], keys={"t": ["a"]})
