@@ -361,6 +361,25 @@ def budget_grant(ledger, database, dataset, analyst, epsilon, delta) -> None:
                f"+delta={delta:g}")
 
 
+@main.command()
+@click.option("--quick", is_flag=True, help="The small configuration CI runs (about 20 s).")
+@click.option("--name", default=None, help="Result name (default: latest, or quick).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Directory for results (default: benchmarks/results).")
+@click.option("--peers/--no-peers", default=None,
+              help="Run SmartNoise SQL side by side (default: in the full configuration).")
+def bench(quick, name, out, peers) -> None:
+    """Run the benchmark suite (speed, accuracy, scale, peers); needs a source checkout."""
+    try:
+        from benchmarks.run import RESULTS_DIR, run
+    except ImportError:
+        raise click.ClickException(
+            "dpsql bench runs from a source checkout (python -m benchmarks)") from None
+    config = "quick" if quick else "full"
+    run(config, out or RESULTS_DIR, True, name=name or ("latest" if config == "full"
+                                                         else config), peers=peers)
+
+
 @main.group()
 def catalog() -> None:
     """Work with catalogs."""

@@ -363,3 +363,14 @@ def test_subqueries_and_ctes_with_per_user_aggregation(connect, pums_db):
         with pytest.raises(dpsql.DpsqlError) as info:
             conn.execute(sql, epsilon=1.0)
         assert message in str(info.value), sql
+
+
+def test_avg_is_not_biased_by_capping_rows(connect, pums_db):
+    """A user with more rows than max_rows adds their mean times max_rows to AVG's sum,
+    the same rows its capped count describes (not a clamp of all their rows' sum)."""
+    conn = connect(budget=(1e7, 0.0))
+    sql = "SELECT sex, AVG(income) AS a FROM pums_dup GROUP BY sex ORDER BY sex"
+    res = conn.execute(sql, epsilon=1e6)  # max_rows 3 binds for people with 4 rows
+    for (sex, value), (_, truth) in zip(res.rows, pums_db.execute(sql).fetchall(),
+                                        strict=True):
+        assert abs(value - truth) / truth < 0.03, (sex, value, truth)

@@ -260,8 +260,10 @@ class _Analysis:
             arg=arg,
             interval=interval,
             center=center,
-            integer=kind not in ("sum", "sumsq")
-            or (interval.integer and float(center).is_integer()),
+            # AVG's and VARIANCE's sums are rescaled per user (see per_user_aggregate):
+            # fractional, so they take the grid mechanism
+            integer=kind == "count" or kind == "users" or (
+                kind == "sum" and not center and interval.integer),
             nullable=arg is not None and not self._never_null(arg),
         )
         key = candidate.key()

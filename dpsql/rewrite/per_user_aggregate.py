@@ -16,8 +16,18 @@ from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import Interval
 from dpsql.analyze.plan import Plan
 from dpsql.rewrite._sql import clamp, number
+from dpsql.rewrite.statistics_query import argument
 
 UID = "__uid"
+
+
+def _scaled(total: exp.Expression, arg: exp.Expression, R: int) -> exp.Expression:
+    """``total · min(COUNT(arg), R) / COUNT(arg)`` in floating point; NULL for no rows."""
+    count = exp.Count(this=arg.copy())
+    capped = exp.Cast(this=exp.Least(this=count.copy(), expressions=[number(R)],
+                                     ignore_nulls=True), to=exp.DataType.build("DOUBLE"))
+    return exp.Div(this=exp.Mul(this=total, expression=capped),
+                   expression=exp.Nullif(this=count, expression=number(0)))
 PER_USER = "__per_user"
 
 
@@ -62,6 +72,11 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
             shifted = Interval(stat.interval.lower - stat.center,
                                stat.interval.upper - stat.center)
             low, high = sensitivity.partial_range(stat.kind, shifted, R)
+            if stat.center or stat.kind == "sumsq":
+                # AVG's and VARIANCE's sums go with a count capped at R: scale a user's
+                # sum to R rows' worth (their mean times min(count, R)), so sum and count
+                # describe the same rows; it stays inside the clamp range below
+                agg = _scaled(agg, argument(stat, item.this), R)
             # a user whose values are all NULL adds nothing: SUM is NULL, read as 0
             partial = clamp(exp.Coalesce(this=agg, expressions=[number(0)]), low, high)
         inner = inner.select(exp.alias_(partial, name), copy=False)

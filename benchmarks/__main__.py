@@ -1,0 +1,42 @@
+"""``python -m benchmarks [--quick | --config NAME] [--name NAME] [--out DIR] [--no-peers]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from benchmarks.config import CONFIGS
+from benchmarks.run import RESULTS_DIR, run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Runs the dpsql benchmark suite and writes JSON, markdown and PNG plots.")
+    parser.add_argument("--quick", action="store_true",
+                        help="the small CI configuration (under a minute; no peers)")
+    parser.add_argument("--config", choices=sorted(CONFIGS), default=None,
+                        help="configuration to run (default: full, or quick with --quick)")
+    parser.add_argument("--name", default=None,
+                        help="base name of the output files (default: 'latest' for the full "
+                             "configuration, else the configuration's name)")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR,
+                        help=f"output directory (default: {RESULTS_DIR})")
+    peers = parser.add_mutually_exclusive_group()
+    peers.add_argument("--no-peers", dest="peers", action="store_false", default=None,
+                       help="skip SmartNoise SQL")
+    peers.add_argument("--peers", dest="peers", action="store_true",
+                       help="run SmartNoise SQL even if the configuration skips it")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    config = args.config or ("quick" if args.quick else "full")
+    name = args.name or ("latest" if config == "full" else config)
+    results = run(config, args.out, progress=not args.no_progress, name=name, peers=args.peers)
+    print(f"wrote {', '.join(str(args.out / f) for f in results['files'].values())} "
+          f"in {results['duration_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
