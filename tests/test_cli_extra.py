@@ -110,7 +110,7 @@ def test_readme_options_exist():
             continue
         for option in re.findall(r"(?<![\w-])--[a-z][a-z-]*", line):
             for c in current:
-                names = {o for p in c.params for o in p.opts}
+                names = {o for p in c.params for o in [*p.opts, *p.secondary_opts]}
                 assert option in names | {"--help"}, (c.name, option)
 
 
