@@ -61,8 +61,12 @@ def validate(expression: exp.Expression) -> exp.Expression:
         UnsupportedQueryError: names the first construct outside the allow-list.
     """
     if not isinstance(expression, exp.Select):
+        what = _describe(expression)
+        if isinstance(expression, exp.Column | exp.Alias | exp.Identifier):
+            # a bare keyword statement (CHECKPOINT, DEALLOCATE x) parses as a column
+            what = f"{expression.sql().split()[0].upper()} statement"
         raise UnsupportedQueryError(
-            f"{_describe(expression)} is not allowed: only a single SELECT can be answered"
+            f"{what} is not allowed: only a single SELECT can be answered"
         )
     for table in expression.find_all(exp.Table):
         _check_table(table)
@@ -80,6 +84,8 @@ def _check_table(node: exp.Table) -> None:
         inner = node.this
         if isinstance(inner, exp.Anonymous):
             name = str(inner.this).upper()
+        elif isinstance(inner, exp.GenerateSeries) and inner.args.get("is_end_exclusive"):
+            name = "RANGE"
         elif isinstance(inner, exp.Func):
             name = inner.sql_name()
         else:
@@ -114,6 +120,10 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
             "SELECT * would release raw rows: select aggregates such as COUNT(*)"
         )
     if isinstance(node, exp.Distinct) and not isinstance(node.parent, exp.Count):
+        if isinstance(node.parent, exp.AggFunc):
+            raise UnsupportedQueryError(
+                f"{node.parent.sql_name()}(DISTINCT ...) is not supported: only "
+                "COUNT(DISTINCT <user key>) is")
         raise UnsupportedQueryError(
             "SELECT DISTINCT would release raw values: use GROUP BY with an aggregate"
         )
@@ -141,6 +151,8 @@ _SELECT_PARTS = {
 
 def _describe(node: exp.Expression) -> str:
     """Names a construct for an error message without echoing long user input."""
+    if isinstance(node, exp.IgnoreNulls | exp.RespectNulls) and node.this is not None:
+        return _describe(node.this)
     if isinstance(node, exp.Anonymous):
         return f"function {str(node.this).upper()}()"
     if isinstance(node, exp.Func) and not isinstance(node, exp.Table):

@@ -165,17 +165,16 @@ def test_many_aggregates_are_answered_in_bounded_time(refusal_conn, sec):
 NAMED = [
     ("SELECT COUNT(*) FROM read_csv('/etc/passwd')", "read_csv", None),
     ("SELECT COUNT(*) FROM read_parquet('/tmp/x.parquet')", "read_parquet", None),
-    ("SELECT COUNT(*) FROM range(10)", "range", "message says GENERATE_SERIES for range()"),
+    ("SELECT COUNT(*) FROM range(10)", "range", None),
     ("SELECT COUNT(*) FROM glob('/*')", "glob", None),
     ("SELECT COUNT(*) FROM query('SELECT * FROM pums')", "query", None),
     ("SELECT COUNT(*) FROM read_json('/etc/passwd')", "read_json", None),
     ("SELECT COUNT(*) FROM duckdb_settings()", "duckdb_settings", None),
     ("SELECT COUNT(*) FROM sqlite_scan('/tmp/x.db', 't')", "sqlite_scan", None),
-    ("CHECKPOINT", "checkpoint", "message says 'COLUMN is not allowed'"),
-    ("DEALLOCATE s", "deallocate", "message says 'ALIAS is not allowed'"),
-    ("SELECT SUM(DISTINCT income) FROM pums", "sum(distinct",
-     "message says 'SELECT DISTINCT would release raw values'"),
-    ("SELECT ANY_VALUE(income) FROM pums", "any_value", "message says 'IGNORENULLS'"),
+    ("CHECKPOINT", "checkpoint", None),
+    ("DEALLOCATE s", "deallocate", None),
+    ("SELECT SUM(DISTINCT income) FROM pums", "sum(distinct", None),
+    ("SELECT ANY_VALUE(income) FROM pums", "any_value", None),
 ]
 
 
