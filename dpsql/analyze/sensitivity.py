@@ -73,10 +73,9 @@ def normalised_center(interval: Interval) -> float:
     ``R·max(|L|, |U|)``. For integer values ``m`` is rounded down so the centred sum
     stays an integer and gets exact discrete noise.
     """
-    mid = (interval.lower + interval.upper) / 2
     if interval.integer:
-        return int(mid // 1)
-    return mid
+        return (int(interval.lower) + int(interval.upper)) // 2
+    return interval.lower / 2 + interval.upper / 2  # no overflow near the float maximum
 
 
 def l1(linf_value: float, max_groups: int) -> float:
