@@ -72,12 +72,10 @@ def _number(value, integer: bool):
         return 0
     if isinstance(value, Decimal):
         value = int(value) if integer and value == value.to_integral_value() else float(value)
-    if integer:
-        if isinstance(value, float):
-            # The backend's column types are checked against the catalog before the
-            # query runs, so this cannot happen; rounding would change the sensitivity.
-            if not value.is_integer():
-                raise DpsqlError("internal error: an integer statistic is not whole")
-            return int(value)
-        return int(value)
-    return float(value)
+    if not integer:
+        return float(value)
+    # The backend's column types are checked against the catalog before the query runs,
+    # so a fraction cannot happen here; rounding it would change the sensitivity.
+    if isinstance(value, float) and not value.is_integer():
+        raise DpsqlError("internal error: an integer statistic is not whole")
+    return int(value)

@@ -21,6 +21,8 @@ user) and the inner table's bounds otherwise.
 
 from __future__ import annotations
 
+import dataclasses
+
 from sqlglot import exp
 
 from dpsql.analyze import sensitivity
@@ -109,8 +111,7 @@ def derive(subquery: exp.Subquery, catalog: Catalog):
                 column = Column(name, "int")
             else:
                 base = scope.column(body) if isinstance(body, exp.Column) else None
-                column = base.__class__(name, base.type, base.lower, base.upper, base.values,
-                                        base.nullable) if base else Column(name, "string")
+                column = dataclasses.replace(base, name=name) if base else Column(name, "string")
             sql = body.copy()
         else:
             raise UnsupportedQueryError(

@@ -345,7 +345,7 @@ def _attach_users(scope: Scope, catalog: Catalog) -> None:
         else:  # hidden joins along the path
             prev = s
             steps = s.table.user_path
-            for i, (col, ref_table, ref_col) in enumerate(steps[:-1]):
+            for col, ref_table, ref_col in steps[:-1]:
                 alias = f"__u{len(hidden)}"
                 target = catalog.table(ref_table)
                 on = exp.EQ(this=exp.column(col, table=prev.alias),
@@ -355,7 +355,6 @@ def _attach_users(scope: Scope, catalog: Catalog) -> None:
                 hidden.append(h)
                 scope.unique.append((target.name, ref_col))
                 prev = h
-                del i
             uid = exp.column(steps[-1][0], table=prev.alias)
         resolved[s.alias] = uid
         return uid

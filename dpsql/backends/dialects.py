@@ -425,10 +425,15 @@ def sqlite_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """``SUM`` → ``TOTAL``: SQLite's SUM of integers raises on overflow; TOTAL is a float
     sum that never fails (exact for integers below 2^53), and 0.0 instead of NULL when
     there is nothing to add, which every statistic reads as 0 anyway."""
+    return _sums_as(expression, "TOTAL")
+
+
+def _sums_as(expression: exp.Expression, function: str) -> exp.Expression:
+    """Replaces every non-DISTINCT ``SUM(x)`` by ``function(x)``."""
     def fix(node):
         if isinstance(node.this, exp.Distinct):
             return node
-        return exp.Anonymous(this="TOTAL", expressions=[node.this])
+        return exp.Anonymous(this=function, expressions=[node.this])
     return _replace_all(expression, exp.Sum, fix)
 
 
@@ -672,11 +677,7 @@ def spark_casts(expression: exp.Expression, ctx: Context) -> exp.Expression:
 
 def spark_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """``SUM`` → ``try_sum``: NULL (read as 0) rather than a wrapped value on overflow."""
-    def fix(node):
-        if isinstance(node.this, exp.Distinct):
-            return node
-        return exp.Anonymous(this="TRY_SUM", expressions=[node.this])
-    return _replace_all(expression, exp.Sum, fix)
+    return _sums_as(expression, "TRY_SUM")
 
 
 def spark_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
-from dpsql.errors import UnknownTableError
+from dpsql.errors import UnknownTableError, UnsupportedQueryError
 from dpsql.rewrite.statistics_query import argument, value_expression
 
 _SIMPLE = (exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.And,
@@ -95,8 +95,6 @@ def _guard_in_subquery(e: exp.Expression, columns) -> exp.Expression:
     if isinstance(inner, exp.In) and isinstance(inner.this, exp.Column) \
             and inner.args.get("query") is not None:
         return e
-    from dpsql.errors import UnsupportedQueryError
-
     raise UnsupportedQueryError(
         "a subquery in WHERE must be a bare `column IN (SELECT column FROM public_table ...)` "
         "condition, joined to the rest with AND")
