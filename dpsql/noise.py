@@ -23,7 +23,9 @@ class NoisyGroups:
     """The released groups: their keys and each statistic's noisy value per group."""
 
     keys: list[tuple]
-    stats: dict[str, list[float | int]]
+    #: per statistic, its noisy value in each released group (a histogram: a list of
+    #: bin counts per group)
+    stats: dict[str, list]
 
 
 def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
@@ -39,12 +41,14 @@ def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
     exact = {tuple(row[:nk]): row for row in rows}
 
     def values(name: str, groups: list[tuple]) -> list:
-        i = index[name]
+        """Exact values, group by group; a histogram's bins one after the other."""
         stat = plan.stat(name)
+        columns = [index[c] for c in stat.columns]
         out = []
         for g in groups:
             row = exact.get(g)
-            out.append(_number(row[i] if row is not None else 0, stat.integer))
+            out.extend(_number(row[i] if row is not None else 0, stat.integer)
+                       for i in columns)
         return out
 
     noisy: dict[str, list] = {}
@@ -59,7 +63,13 @@ def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
     for stat in plan.stats:
         if stat.name in noisy:
             continue
-        noisy[stat.name] = stat.mechanism.release(values(stat.name, groups))
+        # a histogram's L1 bound covers all its bins at once, so one release noises
+        # every coordinate at the calibrated scale
+        released = stat.mechanism.release(values(stat.name, groups))
+        if stat.bins is not None:
+            b = stat.bins.count
+            released = [released[i * b:(i + 1) * b] for i in range(len(groups))]
+        noisy[stat.name] = released
     return NoisyGroups(groups, noisy)
 
 

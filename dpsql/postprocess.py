@@ -20,6 +20,7 @@ from sqlglot import exp
 
 from dpsql.analyze.plan import Cell, Plan
 from dpsql.errors import PostprocessError, UnsupportedQueryError
+from dpsql.mechanisms import quantile
 from dpsql.noise import NoisyGroups
 
 ROW_ID = "__rid"
@@ -38,6 +39,12 @@ def cell_values(plan: Plan, noisy: NoisyGroups) -> dict[str, list]:
     for cell in plan.cells:
         if cell.kind == "stat":
             out[cell.name] = list(noisy.stats[cell.stats[0]])
+        elif cell.kind == "quantile":
+            stat = plan.stat(cell.stats[0])
+            # MIN and MAX: bins below the noise level count as empty
+            threshold = stat.mechanism.accuracy(0.05 / stat.bins.count)
+            out[cell.name] = [quantile.estimate(h, cell.quantile, stat.bins, threshold)
+                              for h in noisy.stats[stat.name]]
         elif cell.kind in VARIANCES:
             squares, total, count = (noisy.stats[s] for s in cell.stats)
             out[cell.name] = [_variance(cell, q, s, n)
@@ -174,7 +181,8 @@ def _half_width(plan, out, value, rid, noisy, cells, alpha) -> float | None:
         return None
     stats = sorted({s for c in plan.cells if c.name in out.cells for s in c.stats})
     level = alpha / len(stats)
-    widths = {s: stat_half_width(plan, s, level) for s in stats}
+    widths = {s: stat_half_width(plan, s, level) for s in stats
+              if plan.stat(s).kind != "hist"}
     if isinstance(out.expr, exp.Column):
         cell = next(c for c in plan.cells if c.name == out.expr.name)
         if cell.kind == "stat":  # the statistic itself: its own (integer) half-width
@@ -184,7 +192,7 @@ def _half_width(plan, out, value, rid, noisy, cells, alpha) -> float | None:
         env[key.name] = _point(noisy.keys[rid][i])
     for cell in plan.cells:
         if cell.name in out.cells:
-            env[cell.name] = _cell_interval(cell, rid, noisy, cells, widths)
+            env[cell.name] = _cell_interval(cell, rid, noisy, cells, widths, plan, level)
     low, high = _Intervals(env).visit(out.expr)
     value = float(value)
     width = max(value - low, high - value, 0.0)
@@ -197,7 +205,13 @@ def _point(value):
     return (value, value)
 
 
-def _cell_interval(cell: Cell, rid: int, noisy: NoisyGroups, cells, widths):
+def _cell_interval(cell: Cell, rid: int, noisy: NoisyGroups, cells, widths, plan, level):
+    if cell.kind == "quantile":
+        stat = plan.stat(cell.stats[0])
+        low, high = quantile.interval(noisy.stats[stat.name][rid], cell.quantile, stat.bins,
+                                      stat.mechanism, level)
+        value = cells[cell.name][rid]
+        return (min(low, value), max(high, value))
     if cell.kind == "stat":
         v, h = noisy.stats[cell.stats[0]][rid], widths[cell.stats[0]]
         return (v - h, v + h)

@@ -23,7 +23,14 @@ from dpsql.errors import UnsupportedQueryError
 #: Aggregate functions this version answers.
 AGGREGATES: tuple[type[exp.Expression], ...] = (
     exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp,
-    exp.StddevPop,
+    exp.StddevPop, exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.Quantile,
+    exp.ApproxQuantile, exp.Min, exp.Max,
+)
+
+#: The aggregates answered as quantiles of a noisy histogram.
+QUANTILES: tuple[type[exp.Expression], ...] = (
+    exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.Quantile, exp.ApproxQuantile,
+    exp.Min, exp.Max,
 )
 
 #: Scalar functions allowed anywhere (they cannot read outside the row they are given).
@@ -43,7 +50,7 @@ SYNTAX: tuple[type[exp.Expression], ...] = (
     exp.Between, exp.Like, exp.ILike, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv,
     exp.Mod, exp.DataType, exp.DataTypeParam, exp.Star, exp.Distinct, exp.Var,
     exp.NullSafeEQ, exp.NullSafeNEQ, exp.Xor, exp.Join, exp.Interval, exp.Subquery,
-    exp.With, exp.CTE,
+    exp.With, exp.CTE, exp.WithinGroup,
 )
 
 _ALLOWED = AGGREGATES + SCALAR_FUNCTIONS + SYNTAX
@@ -115,6 +122,10 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
             "scalar subqueries and EXISTS are not supported: use a JOIN or IN (SELECT ...)")
     if not isinstance(node, _ALLOWED):
         raise UnsupportedQueryError(f"{_describe(node)} is not supported")
+    if isinstance(node, exp.WithinGroup) and not isinstance(
+            node.this, exp.PercentileCont | exp.PercentileDisc):
+        raise UnsupportedQueryError(
+            "WITHIN GROUP is supported only with PERCENTILE_CONT and PERCENTILE_DISC")
     if isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count):
         raise UnsupportedQueryError(
             "SELECT * would release raw rows: select aggregates such as COUNT(*)"

@@ -226,6 +226,9 @@ PUMS_QUERIES = [
     ("SELECT educ, COUNT(*) FROM pums GROUP BY educ", {}),
     ("SELECT race, married, COUNT(*), SUM(income) FROM pums GROUP BY race, married", {}),
     ("SELECT age, COUNT(*) FROM pums_dup GROUP BY age", {"max_rows": 3}),
+    ("SELECT sex, MEDIAN(age), MAX(income), MIN(age * 2) FROM pums GROUP BY sex", {}),
+    ("SELECT race, PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY income / 1000) FROM pums_dup "
+     "GROUP BY race", {"max_rows": 3}),
     ("SELECT age // 10 AS decade, COUNT(*), SUM(age * 2 - 10) FROM pums "
      "WHERE income / age > 100 GROUP BY decade", {}),
     ("SELECT sex, VARIANCE(age), STDDEV_POP(age * 2) FROM pums GROUP BY sex", {}),

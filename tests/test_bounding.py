@@ -80,3 +80,36 @@ def test_without_bounding_the_same_check_fails(neighbours):
     before, after = cols
     worst = max(abs(after.get(k, 0) - before.get(k, 0)) for k in set(before) | set(after))
     assert worst > plan.stat("__s0").linf
+
+
+@pytest.mark.parametrize(("max_rows", "max_groups"), [(1, 1), (3, 1), (2, 4)])
+@pytest.mark.parametrize("group_by", ["", "educ"])
+def test_one_user_moves_a_histogram_by_at_most_max_rows(neighbours, max_rows, max_groups,
+                                                         group_by):
+    """The user's 1,000 rows over 50 ages add at most R to a group's bins, in L1."""
+    select = f"{group_by}, " if group_by else ""
+    tail = f" GROUP BY {group_by}" if group_by else ""
+    plan = _demo_plan(f"SELECT {select}MEDIAN(age), MAX(income) FROM pums_dup{tail}",
+                      max_rows=max_rows, max_groups=max_groups, seed=3)
+    before, after = (exact(b, plan) for b in neighbours)
+    changed = [k for k in set(before) | set(after) if before.get(k) != after.get(k)]
+    assert 0 < len(changed) <= plan.max_groups
+    for stat in plan.stats:
+        assert stat.kind == "hist" and stat.linf == max_rows
+        per_group = [sum(abs(float((after.get(k) or {}).get(c) or 0)
+                             - float((before.get(k) or {}).get(c) or 0)) for c in stat.columns)
+                     for k in changed]
+        # the rows reach the bound (the test would notice no scaling) and never pass it
+        assert max(per_group) == pytest.approx(max_rows)
+        assert sum(per_group) <= plan.max_groups * max_rows + 1e-9
+
+
+def test_an_unscaled_histogram_breaks_the_bound(neighbours):
+    from dpsql.rewrite import statistics_query
+
+    plan = _demo_plan("SELECT MEDIAN(age) FROM pums_dup", max_rows=1)
+    stat = plan.stats[0]
+    before, after = (dict(zip(b.execute(statistics_query(plan))[0],
+                              b.execute(statistics_query(plan))[1][0], strict=True))
+                     for b in neighbours)
+    assert sum(abs(after[c] - before[c]) for c in stat.columns) > stat.linf

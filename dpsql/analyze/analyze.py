@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable
+from decimal import Decimal
 
 from sqlglot import exp
 
@@ -34,7 +35,8 @@ from dpsql.errors import (
 )
 from dpsql.mechanisms import Constant, LaplaceThreshold, laplace
 from dpsql.mechanisms.gaussian import gaussian, rho_for
-from dpsql.validate import AGGREGATES
+from dpsql.mechanisms.quantile import Bins
+from dpsql.validate import AGGREGATES, QUANTILES
 
 _VARIANCES = (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop)
 
@@ -86,7 +88,7 @@ def analyze(
             f"mechanism must be 'laplace' or 'gaussian', got {mechanism!r}")
     if mechanism == "gaussian" and delta <= 0:
         raise PrivacyParameterError("gaussian noise needs delta > 0 (e.g. delta=1e-6)")
-    select = inline_ctes(select)
+    select = inline_ctes(select).transform(_within_group)
     _check_in_subqueries(select, catalog)
     scope, select = build_scope(select, catalog)
     table = scope.primary
@@ -114,7 +116,7 @@ def analyze(
 
     out_names = [_output_name(e) for e in select.expressions]
     select = _qualify(select, scope, set(out_names))
-    a = _Analysis(scope, R)
+    a = _Analysis(scope, R, bool(one_row))
 
     where = select.args.get("where")
     where = where.this if where else None
@@ -184,7 +186,7 @@ def analyze(
         share = epsilon / shares if shares else 0.0
         for s in noised:
             s.epsilon = share
-            s.mechanism = laplace(s.linf, G_eff, share, s.integer)
+            s.mechanism = laplace(s.linf, G_eff, share, s.integer, s.width)
         selection_eps, selection_delta = share, delta
     else:
         # δ is split between partition selection and the zCDP conversion; ρ is the
@@ -195,7 +197,7 @@ def analyze(
         rho_share = rho_total / shares if shares else 0.0
         for s in noised:
             s.rho = rho_share
-            s.mechanism = gaussian(s.linf, G_eff, rho_share, s.integer)
+            s.mechanism = gaussian(s.linf, G_eff, rho_share, s.integer, s.width)
         selection_eps = math.sqrt(2 * rho_share)
     if selecting:
         selection = LaplaceThreshold(selection_eps, selection_delta, G_eff)
@@ -242,10 +244,11 @@ def analyze(
 class _Analysis:
     """Collects statistics and cells while the query's expressions are rewritten."""
 
-    def __init__(self, scope: Scope, max_rows: int):
+    def __init__(self, scope: Scope, max_rows: int, one_row: bool = False):
         self.scope = scope
         self.table = scope.primary
         self.R = max_rows
+        self.one_row = one_row
         self.stats: list[Statistic] = []
         self._by_key: dict[tuple, Statistic] = {}
         self.cells: list[Cell] = []
@@ -260,11 +263,14 @@ class _Analysis:
             arg=arg,
             interval=interval,
             center=center,
-            # AVG's and VARIANCE's sums are rescaled per user (see per_user_aggregate):
-            # fractional, so they take the grid mechanism
+            # AVG's and VARIANCE's sums and histograms are rescaled per user (see
+            # per_user_aggregate): fractional, so they take the grid mechanism
             integer=kind == "count" or kind == "users" or (
-                kind == "sum" and not center and interval.integer),
+                kind == "sum" and not center and interval.integer) or (
+                kind == "hist" and self.one_row),
             nullable=arg is not None and not self._never_null(arg),
+            bins=Bins.for_interval(interval.lower, interval.upper, interval.integer)
+            if kind == "hist" else None,
         )
         key = candidate.key()
         if key in self._by_key:
@@ -369,6 +375,12 @@ class _Analysis:
         elif isinstance(agg, exp.Sum):
             interval = bounds(arg, self.scope.column)
             cell = Cell(name, agg, "stat", (self.stat("sum", arg, interval).name,))
+        elif isinstance(agg, QUANTILES):
+            arg, q = _quantile_parts(agg)
+            interval = bounds(arg, self.scope.column)
+            hist = self.stat("hist", arg, interval)
+            cell = Cell(name, agg, "quantile", (hist.name,), 0, interval.lower,
+                        interval.upper, q)
         elif isinstance(agg, _VARIANCES):
             # VAR = SUM((x-m)²)/N − (SUM(x-m)/N)², from three noisy statistics
             interval = bounds(arg, self.scope.column)
@@ -419,6 +431,52 @@ class _Analysis:
         if isinstance(e, exp.Add | exp.Sub | exp.Mul):
             return self._never_null(e.this) and self._never_null(e.expression)
         return False
+
+
+def _within_group(node: exp.Expression) -> exp.Expression:
+    """``PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY x [DESC])`` as ``PERCENTILE_CONT(x, q)``.
+
+    >>> from sqlglot import parse_one
+    >>> e = parse_one("SELECT PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY x DESC) FROM t")
+    >>> e.transform(_within_group).sql()
+    'SELECT PERCENTILE_CONT(x, 0.1) FROM t'
+    """
+    if not isinstance(node, exp.WithinGroup):
+        return node
+    order = node.expression
+    if not isinstance(order, exp.Order) or len(order.expressions) != 1:
+        raise UnsupportedQueryError("WITHIN GROUP needs exactly one ORDER BY expression")
+    ordered = order.expressions[0]
+    _quantile_literal(node.this.this, node.this.sql_name())  # refuses a bad one
+    literal = node.this.this.copy()
+    if ordered.args.get("desc"):  # exact decimal arithmetic: 1 - 0.9 is 0.1
+        literal = exp.Literal.number(str(1 - Decimal(literal.this)))
+    return type(node.this)(this=ordered.this.copy(), expression=literal)
+
+
+def _quantile_parts(agg: exp.Expression) -> tuple[exp.Expression, float]:
+    """The aggregated expression and the quantile ``q`` of a quantile aggregate."""
+    if isinstance(agg, exp.Min | exp.Max):
+        if agg.expressions:
+            raise UnsupportedQueryError(f"{agg.sql_name()} takes one argument")
+        return agg.this, 0.0 if isinstance(agg, exp.Min) else 1.0
+    if isinstance(agg, exp.Median):
+        return agg.this, 0.5
+    literal = agg.args.get("quantile") if isinstance(
+        agg, exp.Quantile | exp.ApproxQuantile) else agg.args.get("expression")
+    if literal is None:
+        raise UnsupportedQueryError(f"{agg.sql_name()} needs a quantile, e.g. 0.5")
+    return agg.this, _quantile_literal(literal, agg.sql_name())
+
+
+def _quantile_literal(e: exp.Expression, name: str) -> float:
+    if isinstance(e, exp.Literal) and not e.is_string:
+        q = float(e.this)
+        if 0 <= q <= 1:
+            return q
+    raise UnsupportedQueryError(
+        f"{name} needs one quantile given as a number literal between 0 and 1, "
+        f"not {e.sql(dialect='duckdb')[:40]}")
 
 
 def _check_intervals(outputs: list[Output]) -> None:

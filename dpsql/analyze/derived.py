@@ -12,7 +12,8 @@ SQL enforces them when it computes the derived table (``R`` is the inner table's
 * ``COUNT(*)`` / ``COUNT(x)``: a user's rows in one inner group, capped at ``R``:
   ``[0, R]`` (whole numbers, so a GROUP BY on it has the public domain ``0..R``);
 * ``SUM(x)`` with ``x`` in ``[L, U]``: clamped to ``[R·min(L,0), R·max(U,0)]``;
-* ``AVG(x)``: an average of values clamped to ``[L, U]`` stays in ``[L, U]``.
+* ``AVG(x)``, ``MIN(x)``, ``MAX(x)``: an average, least or greatest of values clamped
+  to ``[L, U]`` stays in ``[L, U]`` (NULL when the user has no value).
 
 The outer query then sees an ordinary private table whose user key is the inner one,
 with ``max_rows`` 1 when the inner query groups by the user key alone (one row per
@@ -31,7 +32,7 @@ from dpsql.catalog import Catalog, Column, Table
 from dpsql.errors import UnsupportedQueryError
 from dpsql.rewrite._sql import clamp, number
 
-_ALLOWED_AGGREGATES = (exp.Count, exp.Sum, exp.Avg)
+_ALLOWED_AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 
 
 def inline_ctes(select: exp.Select) -> exp.Select:
@@ -116,7 +117,7 @@ def derive(subquery: exp.Subquery, catalog: Catalog):
         else:
             raise UnsupportedQueryError(
                 f"derived table column {name!r} must be a GROUP BY key or an aggregate "
-                "(COUNT, SUM, AVG)")
+                "(COUNT, SUM, AVG, MIN, MAX)")
         columns[name] = column
         out = out.select(exp.alias_(sql, name), copy=False)
     if user_key is None:
@@ -150,9 +151,10 @@ def _aggregate(agg: exp.Expression, name: str, scope, R: int) -> tuple[Column, e
     interval = bounds(arg, scope.column)
     value = clamp(_try(arg.copy()), interval.lower, interval.upper, keep_null=True)
     ctype = "int" if interval.integer else "float"
-    if isinstance(agg, exp.Avg):
-        return Column(name, "float", interval.lower, interval.upper, nullable=True), \
-            exp.Avg(this=value)
+    if isinstance(agg, exp.Avg | exp.Min | exp.Max):
+        ctype = "float" if isinstance(agg, exp.Avg) else ctype
+        return Column(name, ctype, interval.lower, interval.upper, nullable=True), \
+            type(agg)(this=value)
     low, high = sensitivity.partial_range("sum", interval, R)
     total = clamp(exp.Coalesce(this=exp.Sum(this=value), expressions=[number(0)]), low, high)
     return Column(name, ctype, low, high), total

@@ -13,6 +13,7 @@ from dpsql.analyze.scope import Scope
 from dpsql.catalog import Table
 from dpsql.mechanisms import DiscreteLaplace, GridLaplace, LaplaceThreshold
 from dpsql.mechanisms.gaussian import DiscreteGaussian, GridGaussian
+from dpsql.mechanisms.quantile import Bins
 
 
 @dataclass
@@ -21,7 +22,9 @@ class Statistic:
 
     Attributes:
         name: column name in the rewritten SQL (``__s0``, ...; ``__users`` for users).
-        kind: ``count`` (rows), ``sum`` (clamped values) or ``users`` (distinct users).
+        kind: ``count`` (rows), ``sum`` (clamped values), ``sumsq`` (squares, for
+            VARIANCE), ``users`` (distinct users) or ``hist`` (a histogram of ``arg``
+            over ``bins``, for quantiles: one column ``<name>_<j>`` per bin).
         arg: the per-row value (None for ``COUNT(*)`` and ``users``).
         interval: bounds the per-row value is clamped to (sums only).
         center: subtracted from each clamped value (normalised sums for AVG).
@@ -31,6 +34,7 @@ class Statistic:
         epsilon: the share of the query's ε spent on this statistic (Laplace).
         rho: the share of the query's ρ spent on this statistic (Gaussian).
         mechanism: the calibrated noise.
+        bins: the histogram's bins (``hist`` only).
     """
 
     name: str
@@ -44,10 +48,26 @@ class Statistic:
     epsilon: float = 0.0
     rho: float | None = None
     mechanism: DiscreteLaplace | GridLaplace | DiscreteGaussian | GridGaussian | None = None
+    bins: Bins | None = None
+
+    @property
+    def width(self) -> int:
+        """Coordinates per group: the number of bins of a histogram, else 1."""
+        return self.bins.count if self.bins is not None else 1
+
+    @property
+    def columns(self) -> list[str]:
+        """Its columns in the rewritten SQL, one per coordinate."""
+        if self.bins is None:
+            return [self.name]
+        return [f"{self.name}_{j}" for j in range(self.bins.count)]
 
     @property
     def label(self) -> str:
         """Human description, e.g. ``SUM(income - 250000)``."""
+        if self.kind == "hist":
+            return (f"HISTOGRAM({self.arg.sql(dialect='duckdb')}, {self.bins.count} bins "
+                    f"over [{self.interval.lower:g}, {self.interval.upper:g}])")
         if self.kind == "users":
             return "COUNT(DISTINCT <user>)"
         if self.kind == "count":
@@ -80,7 +100,7 @@ class Cell:
     ``kind`` is ``stat`` (the statistic's noisy value), ``avg``
     (``clamp(center + sum / max(count, 1), lower, upper)``), or a variance kind
     (``var_pop``, ``var_samp``, ``std_pop``, ``std_samp``) from sums of squares, sums
-    and counts.
+    and counts, or ``quantile`` (the ``quantile``-th quantile read off a histogram).
     """
 
     name: str
@@ -90,6 +110,7 @@ class Cell:
     center: float = 0
     lower: float = 0
     upper: float = 0
+    quantile: float = 0.5
 
 
 @dataclass
@@ -145,7 +166,9 @@ class Plan:
         return math.prod(len(k.domain) for k in self.keys if k.domain is not None)
 
     def stat(self, name: str) -> Statistic:
-        return next(s for s in self.stats if s.name == name)
+        """The statistic behind a rewritten column (``__s3`` or a histogram bin ``__s3_7``)."""
+        base = name.rsplit("_", 1)[0] if name[-1].isdigit() and name.count("_") > 2 else name
+        return next(s for s in self.stats if s.name == base)
 
     @property
     def cost(self) -> tuple[float, float]:

@@ -15,6 +15,8 @@ vector of all groups' totals by at most ``G · L∞`` in L1 norm.
 30
 >>> linf("users", None, max_rows=3)                      # a user counts once per group
 1
+>>> linf("hist", None, max_rows=3)      # L1 over the bins: the user's scaled counts
+3
 >>> normalised_center(Interval(0, 100, True))
 50
 >>> linf("sum", Interval(0 - 50, 100 - 50, True), max_rows=2)
@@ -26,7 +28,7 @@ from __future__ import annotations
 from dpsql.analyze.bounds import Interval
 
 #: Statistic kinds the engine noises.
-KINDS = ("count", "sum", "sumsq", "users")
+KINDS = ("count", "sum", "sumsq", "users", "hist")
 
 
 def partial_range(kind: str, interval: Interval | None, max_rows: int) -> tuple[float, float]:
@@ -42,11 +44,16 @@ def partial_range(kind: str, interval: Interval | None, max_rows: int) -> tuple[
       one row of the group, so the partial is exactly 1.
     * ``sumsq`` (for VARIANCE): ``Σ (x − m)²`` over at most R rows, with ``x − m`` in the
       given (already centred) interval: ``[0, R · max(|L−m|, |U−m|)²]``.
+    * ``hist`` (for quantiles): a vector of one count per bin. The SQL scales the user's
+      bin counts ``c_j`` in the group by ``min(T, R) / T``, ``T = Σ_j c_j``, so the partials
+      are non-negative and sum to at most R: each lies in ``[0, R]`` and the vector's L1
+      (and L2) norm is at most R. The noise is calibrated to that vector bound, with the
+      bins as ``width`` coordinates (:func:`dpsql.mechanisms.laplace.laplace`).
     """
     if kind == "sumsq":
         assert interval is not None
         return (0, max_rows * interval.magnitude**2)
-    if kind == "count":
+    if kind in ("count", "hist"):
         return (0, max_rows)
     if kind == "users":
         return (0, 1)

@@ -90,25 +90,40 @@ class DiscreteGaussian:
 class GridGaussian(Grid):
     """Gaussian noise on real statistics: round to ``2^k``, then discrete Gaussian."""
 
-    def __init__(self, sigma_units: float, k: int):
-        super().__init__(DiscreteGaussian(sigma_units), k)
+    def __init__(self, sigma_units: float, k: int, width: int = 1):
+        super().__init__(DiscreteGaussian(sigma_units), k, width)
 
     def privacy_map(self, linf: float, max_groups: int) -> float:
-        steps = math.floor(linf / self.grid) + 1
-        return self.units.privacy_map(max_groups * steps**2)
+        return self.units.privacy_map(max_groups * _l2_units(linf, self.grid, self.width))
+
+
+def _l2_units(linf: float, grid: float, width: int) -> float:
+    """Squared L2 change of one group after rounding to ``grid``, in grid units.
+
+    A scalar moves by at most ``floor(L∞/g) + 1`` units. A histogram's non-negative
+    partials ``d_j`` (``Σ d_j ≤ L∞``) move ``width`` coordinates by ``a_j + 1`` units each,
+    ``a_j = floor(d_j/g)``, ``Σ a_j ≤ A = floor(L∞/g)``; ``Σ (a_j + 1)²`` is convex, so its
+    largest value is at a vertex: ``(A + 1)² + (width − 1)``. (Before rounding a
+    histogram's L2 change is at most its L1 change, ``L∞``.)
+    """
+    return (math.floor(linf / grid) + 1) ** 2 + (width - 1)
 
 
 def gaussian(linf: float, max_groups: int, rho: float,
-             integer: bool) -> DiscreteGaussian | GridGaussian:
-    """The Gaussian mechanism that spends exactly ``rho`` (zCDP) on a statistic vector."""
+             integer: bool, width: int = 1) -> DiscreteGaussian | GridGaussian:
+    """The Gaussian mechanism that spends exactly ``rho`` (zCDP) on a statistic vector.
+
+    ``linf`` is a group's largest L2 change (for scalars the L∞ partial; for a histogram
+    of ``width`` bins, its L1 bound, which also bounds L2).
+    """
     if not rho > 0:
         raise ValueError("rho must be positive")
     sigma = math.sqrt(max_groups * linf**2 / (2 * rho))
     if integer and sigma < _INTEGER_SCALE_LIMIT:
         return DiscreteGaussian(sigma)
     k = math.floor(math.log2(sigma)) - 12
-    steps = math.floor(linf / 2.0**k) + 1
-    return GridGaussian(math.sqrt(max_groups * steps**2 / (2 * rho)), k)
+    return GridGaussian(math.sqrt(max_groups * _l2_units(linf, 2.0**k, width) / (2 * rho)),
+                        k, width)
 
 
 def rho_for(epsilon: float, delta: float) -> float:

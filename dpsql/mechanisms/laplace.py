@@ -99,10 +99,12 @@ class Grid:
     integer = False
     units: DiscreteLaplace
 
-    def __init__(self, units, k: int):
+    def __init__(self, units, k: int, width: int = 1):
         self.units = units
         self.k = k
         self.grid = 2.0**k
+        #: coordinates per group one user can change (a histogram's bins; 1 otherwise)
+        self.width = width
 
     @property
     def scale(self) -> float:
@@ -134,7 +136,10 @@ class GridLaplace(Grid):
     Rounding ``x/g`` to the nearest integer can widen a difference ``d`` to at most
     ``floor(d) + 1`` grid units, so the rounded vector has integer L1 sensitivity
     ``D = G · (floor(L∞ / g) + 1)`` and discrete Laplace noise of ``scale_units`` grid
-    units gives ``ε = D / scale_units``.
+    units gives ``ε = D / scale_units``. A statistic with ``width`` coordinates per group
+    whose per-group L1 change is at most ``L∞`` (a histogram: a user's non-negative bin
+    partials sum to at most ``R``) rounds each changed coordinate up by at most one unit:
+    ``D = G · (floor(L∞ / g) + width)``, since ``Σ floor(d_j / g) ≤ floor(Σ d_j / g)``.
 
     >>> m = GridLaplace(scale_units=8192.0, k=-12)   # scale 2.0 in value units
     >>> m.scale
@@ -143,15 +148,15 @@ class GridLaplace(Grid):
     0.500122
     """
 
-    def __init__(self, scale_units: float, k: int):
-        super().__init__(DiscreteLaplace(scale_units), k)
+    def __init__(self, scale_units: float, k: int, width: int = 1):
+        super().__init__(DiscreteLaplace(scale_units), k, width)
 
     def privacy_map(self, linf: float, max_groups: int) -> float:
-        return max_groups * (math.floor(linf / self.grid) + 1) / self.units.scale
+        return max_groups * (math.floor(linf / self.grid) + self.width) / self.units.scale
 
 
 def laplace(
-    linf: float, max_groups: int, epsilon: float, integer: bool
+    linf: float, max_groups: int, epsilon: float, integer: bool, width: int = 1
 ) -> DiscreteLaplace | GridLaplace:
     """The Laplace mechanism that spends exactly ``epsilon`` on a statistic vector.
 
@@ -160,6 +165,8 @@ def laplace(
         max_groups: how many groups one user may touch (L1 = max_groups · linf).
         epsilon: the share of the budget this statistic may spend.
         integer: whether the statistic is integer-valued (then plain discrete Laplace).
+        width: coordinates per group (histogram bins) sharing the per-group L1 bound
+            ``linf``; 1 for a scalar statistic.
 
     >>> laplace(linf=3, max_groups=1, epsilon=0.5, integer=True).scale
     6.0
@@ -172,5 +179,5 @@ def laplace(
     if integer and max_groups * linf / epsilon < _INTEGER_SCALE_LIMIT:
         return DiscreteLaplace(max_groups * linf / epsilon)
     k = math.floor(math.log2(max_groups * linf / epsilon)) - 12
-    units = max_groups * (math.floor(linf / 2.0**k) + 1) / epsilon
-    return GridLaplace(units, k)
+    units = max_groups * (math.floor(linf / 2.0**k) + width) / epsilon
+    return GridLaplace(units, k, width)

@@ -24,7 +24,7 @@ from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
 from dpsql.errors import UnknownTableError, UnsupportedQueryError
-from dpsql.rewrite.statistics_query import argument, value_expression
+from dpsql.rewrite.statistics_query import argument, bin_argument, bin_count, value_expression
 
 _SIMPLE = (exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.And,
            exp.Or, exp.Not, exp.Is, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In,
@@ -84,6 +84,9 @@ def guard_errors(expression: exp.Select, plan: Plan) -> exp.Select:
             stat = plan.stat(name)
             if stat.kind in ("sum", "sumsq"):  # guard the analyst's argument only
                 agg.set("this", value_expression(stat, guard(argument(stat, agg).copy())))
+            elif stat.kind == "hist":
+                j = int(name.rsplit("_", 1)[1])
+                item.set("this", bin_count(stat, j, guard(bin_argument(agg).copy())))
             elif agg.this is not None and not isinstance(agg.this, exp.Star):
                 agg.set("this", guard(agg.this))
     return expression

@@ -16,7 +16,7 @@ from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import Interval
 from dpsql.analyze.plan import Plan
 from dpsql.rewrite._sql import clamp, number
-from dpsql.rewrite.statistics_query import argument
+from dpsql.rewrite.statistics_query import argument, bin_argument
 
 UID = "__uid"
 
@@ -66,7 +66,13 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
             outer = outer.select(exp.alias_(exp.Count(this=exp.Star()), name), copy=False)
             continue
         agg = item.this.copy()
-        if stat.kind == "count":
+        if stat.kind == "hist":
+            # the user's bin counts scaled to min(count, R) rows in all: non-negative, at
+            # most R together, since each row is in at most one bin
+            value = bin_argument(item.this)
+            partial = clamp(exp.Coalesce(this=_scaled(agg, value, R), expressions=[number(0)]),
+                            0, R)
+        elif stat.kind == "count":
             partial = exp.Least(this=agg, expressions=[number(R)], ignore_nulls=True)
         else:
             shifted = Interval(stat.interval.lower - stat.center,

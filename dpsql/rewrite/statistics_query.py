@@ -22,6 +22,11 @@ def statistics_query(plan: Plan) -> exp.Select:
     """
     select = exp.select(*(exp.alias_(k.expr.copy(), k.name) for k in plan.keys))
     for stat in plan.stats:
+        if stat.kind == "hist":
+            for j, column in enumerate(stat.columns):
+                select = select.select(exp.alias_(bin_count(stat, j, stat.arg.copy()), column),
+                                       copy=False)
+            continue
         select = select.select(exp.alias_(_aggregate(stat, plan), stat.name), copy=False)
     first, joins = plan.scope.from_clause()
     select = select.from_(first, copy=False)
@@ -42,6 +47,39 @@ def _aggregate(stat: Statistic, plan: Plan) -> exp.Expression:
     if stat.kind == "count":
         return exp.Count(this=stat.arg.copy() if stat.arg is not None else exp.Star())
     return exp.Sum(this=value_expression(stat, stat.arg.copy()))
+
+
+def bin_count(stat: Statistic, j: int, arg: exp.Expression) -> exp.Expression:
+    """``COUNT(CASE WHEN <arg in bin j> THEN 1 END)`` for a histogram statistic.
+
+    Bin ``j`` is ``[e_j, e_{j+1})``, the first open below and the last open above, so
+    values outside the bounds land in the end bins (the clamp) and each row matches at
+    most one bin: ``x < a`` and ``x >= a`` never hold together.
+
+    >>> from dpsql.engine import _demo_plan
+    >>> stat = _demo_plan("SELECT MEDIAN(age) FROM pums").stats[0]
+    >>> bin_count(stat, 0, exp.column("age")).sql()
+    'COUNT(CASE WHEN age < 1.5 THEN 1 END)'
+    >>> bin_count(stat, 1, exp.column("age")).sql()
+    'COUNT(CASE WHEN age >= 1.5 AND age < 3.5 THEN 1 END)'
+    """
+    edges = stat.bins.edges
+    last = stat.bins.count - 1
+    parts = []
+    if j > 0:
+        parts.append(exp.GTE(this=arg, expression=number(float(edges[j]))))
+    if j < last:
+        parts.append(exp.LT(this=arg.copy(), expression=number(float(edges[j + 1]))))
+    if not parts:  # a single bin: every non-NULL value
+        parts.append(exp.Not(this=exp.Is(this=arg, expression=exp.Null())))
+    condition = exp.and_(*parts) if len(parts) > 1 else parts[0]
+    return exp.Count(this=exp.Case(ifs=[exp.If(this=condition, true=exp.Literal.number(1))]))
+
+
+def bin_argument(aggregate: exp.Expression) -> exp.Expression:
+    """The per-row expression inside a :func:`bin_count`."""
+    condition = aggregate.this.args["ifs"][0].this
+    return condition.this if isinstance(condition, exp.GTE | exp.LT) else condition.this.this
 
 
 def value_expression(stat: Statistic, arg: exp.Expression) -> exp.Expression:
