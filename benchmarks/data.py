@@ -1,4 +1,7 @@
-"""Benchmark data sets, generated inside DuckDB and cached under ``benchmarks/data/``.
+"""Benchmark data sets, generated offline and cached under ``benchmarks/data/``.
+
+TPC-H at any scale factor: ``tpchgen-cli`` (PyPI) writes parquet, which
+:func:`dpsql.datasets.load_tpch` loads into DuckDB with every table's PRIMARY KEY.
 
 PUMS resampled to any number of people: every new person (``pid`` 1..N) copies one of
 the 1,000 bundled PUMS rows and repeats it 1–4 times, with the distribution of repeats
@@ -19,13 +22,18 @@ from pathlib import Path
 import duckdb
 import yaml
 
-from dpsql.datasets import catalog_path, data_path
+from dpsql.datasets import TPCH_KEYS, catalog_path, data_path, load_tpch, tpchgen
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 #: Bump when the generator changes, so stale cached files are not reused.
 GENERATOR_VERSION = 1
 TABLE = "pums_dup"
 _TYPES = {"int": "BIGINT", "float": "DOUBLE"}
+
+#: TPC-H tables (the benchmark reads them all once before timing).
+TPCH_TABLES = tuple(TPCH_KEYS)
+#: Bump when the TPC-H loading changes, so stale cached files are not reused.
+TPCH_VERSION = 1
 
 #: Cumulative repeat distribution of the bundled pums_dup.csv, in thousandths.
 _REPEATS = ((418, 1), (727, 2), (907, 3), (1000, 4))
@@ -119,5 +127,56 @@ def people_and_rows(database: Path) -> tuple[int, int]:
     con = duckdb.connect(str(database), read_only=True)
     try:
         return con.execute(f"SELECT count(DISTINCT pid), count(*) FROM {TABLE}").fetchone()
+    finally:
+        con.close()
+
+
+# -- TPC-H ---------------------------------------------------------------------------
+
+
+def tpchgen_missing() -> str | None:
+    """Why TPC-H cannot be generated here (None: ``tpchgen-cli`` is installed)."""
+    try:
+        tpchgen()
+    except FileNotFoundError:
+        return "tpchgen-cli is not installed (pip install tpchgen-cli)"
+    return None
+
+
+def tpch_database(scale: float, data_dir: Path = DATA_DIR) -> Path:
+    """Path of a DuckDB file holding TPC-H at scale factor ``scale`` (built if absent)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    label = str(int(scale)) if float(scale).is_integer() else f"{scale:g}"
+    path = data_dir / f"tpch_sf{label}_v{TPCH_VERSION}.duckdb"
+    if path.exists():
+        return path
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    for stale in (tmp, tmp.with_name(f"{tmp.name}.wal")):
+        stale.unlink(missing_ok=True)
+    load_tpch(tmp, scale=scale)
+    con = duckdb.connect(str(tmp))
+    try:
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    tmp.rename(path)
+    return path
+
+
+def tpch_catalog(dataset: str) -> dict:
+    """The bundled ``tpch`` catalog as a dict, without its budget (see :func:`catalog`)."""
+    with open(catalog_path("tpch")) as f:
+        cat = yaml.safe_load(f)
+    cat.pop("budget", None)
+    cat["dataset"] = dataset
+    return cat
+
+
+def tpch_counts(database: Path) -> tuple[int, int]:
+    """(customers, lineitem rows) of a TPC-H database."""
+    con = duckdb.connect(str(database), read_only=True)
+    try:
+        return con.execute("SELECT (SELECT count(*) FROM customer), "
+                           "(SELECT count(*) FROM lineitem)").fetchone()
     finally:
         con.close()

@@ -53,10 +53,22 @@ def open_plain(database: Path) -> duckdb.DuckDBPyConnection:
     return duckdb.connect(str(database), read_only=True, config=dict(DUCKDB_CONFIG))
 
 
-def warm(plain: duckdb.DuckDBPyConnection, table: str) -> None:
-    """Reads every column once so that the first timed run does not pay for I/O."""
-    cols = [r[0] for r in plain.execute(f"DESCRIBE {table}").fetchall()]
-    plain.execute(f"SELECT {', '.join(f'sum(hash({c}))' for c in cols)} FROM {table}").fetchall()
+def warm(plain: duckdb.DuckDBPyConnection, tables: tuple[str, ...]) -> None:
+    """Reads every column of ``tables`` once so that no timed run pays for I/O."""
+    for table in tables:
+        cols = [r[0] for r in plain.execute(f"DESCRIBE {table}").fetchall()]
+        plain.execute(f"SELECT {', '.join(f'sum(hash({c}))' for c in cols)} "
+                      f"FROM {table}").fetchall()
+
+
+def shape(sql: str) -> dict[str, bool]:
+    """What dpsql's rewritten SQL does beyond the plain query.
+
+    ``per_user_aggregate``: it aggregates per (user, group) first (False where the
+    database keeps the user key unique, or rows are their own users); ``l0_window``: it
+    keeps at most ``max_groups`` groups per user with a ``ROW_NUMBER`` window.
+    """
+    return {"per_user_aggregate": "__per_user" in sql, "l0_window": "ROW_NUMBER" in sql.upper()}
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -69,9 +81,10 @@ def latency(conn: dpsql.Connection, plain: duckdb.DuckDBPyConnection, query: Que
             runs: int, stage_runs: int, epsilon: float, tick: Callable[[], None]) -> dict:
     """Medians over ``runs`` of the private, plain and floor query, interleaved."""
     private, plain_t, floor_t = [], [], []
+    last = []
     for _ in range(runs):
-        private.append(_timed(lambda: conn.execute(query.sql, epsilon=epsilon,
-                                                   delta=query.delta)))
+        private.append(_timed(lambda: last.append(conn.execute(query.sql, epsilon=epsilon,
+                                                               delta=query.delta))))
         plain_t.append(_timed(lambda: plain.execute(query.sql).fetchall()))
         floor_t.append(_timed(lambda: plain.execute(query.floor).fetchall()))
         tick()
@@ -82,6 +95,7 @@ def latency(conn: dpsql.Connection, plain: duckdb.DuckDBPyConnection, query: Que
         "runs_ms": {"private": [_ms(t) for t in private], "plain": [_ms(t) for t in plain_t],
                     "floor": [_ms(t) for t in floor_t]},
     }
+    out["shape"] = shape(last[-1].sql)
     out["private_over_plain"] = out["private_ms"] / out["plain_ms"]
     out["private_over_floor"] = out["private_ms"] / out["floor_ms"]
     out["floor_over_plain"] = out["floor_ms"] / out["plain_ms"]

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import platform
+import subprocess
 import sys
 import time
 from contextlib import contextmanager
@@ -21,12 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks import data, measure, report
+from benchmarks import data, measure, report, workloads
 from benchmarks.config import Config, get
 from benchmarks.peers import smartnoise
-from benchmarks.workloads import WORKLOADS, Workload
+from benchmarks.workloads import WORKLOADS, Workload, size_key
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+#: The workload SmartNoise SQL runs on (it has no foreign-key privacy units and reads
+#: its SQLite copy of one table).
+PEER_WORKLOAD = "pums_dup"
 
 
 def run(config_name: str, out_dir: Path, progress: bool = True, *, name: str | None = None,
@@ -55,19 +59,28 @@ def run(config_name: str, out_dir: Path, progress: bool = True, *, name: str | N
     }
     with Bars(progress) as bars:
         for workload in WORKLOADS:
-            if workload.skip_reason is not None:
-                results["workloads"][workload.name] = {"status": "skipped",
-                                                       "reason": workload.skip_reason,
+            reason = workload.skip_reason
+            if reason is None and workload.name not in config.plans:
+                reason = f"not in the {config.name} configuration"
+            if reason is not None:
+                results["workloads"][workload.name] = {"status": "skipped", "reason": reason,
+                                                       "title": workload.title,
                                                        "unit": workload.unit}
                 continue
             results["workloads"][workload.name] = run_workload(workload, config, bars)
         results["sampler"] = run_sampler(config, bars)
-        main = results["workloads"]["pums_dup"]
         use_peers = config.peers if peers is None else peers
-        results["peers"] = {"smartnoise": run_smartnoise(WORKLOADS[0], config, main, bars)
-                            if use_peers else {"status": "skipped (not in this run)"}}
+        pums = results["workloads"].get(PEER_WORKLOAD, {})
+        if not use_peers:
+            smartnoise_result = {"status": "skipped (not in this run)"}
+        elif pums.get("status") != "ok":
+            smartnoise_result = {"status": f"skipped ({PEER_WORKLOAD} did not run)"}
+        else:
+            smartnoise_result = run_smartnoise(workloads.get(PEER_WORKLOAD), config, pums, bars)
+        results["peers"] = {"smartnoise": smartnoise_result}
     results["duration_s"] = time.perf_counter() - started
     results["environment"]["load_average_end"] = _load()
+    results["summary"] = report.summary(results)
     json_path = out_dir / f"{name}.json"
     json_path.write_text(json.dumps(_clean(results), indent=1) + "\n")
     results["files"] = report.write(results, out_dir, name)
@@ -76,43 +89,50 @@ def run(config_name: str, out_dir: Path, progress: bool = True, *, name: str | N
 
 
 def run_workload(workload: Workload, config: Config, bars: Bars) -> dict:
+    """Latency at every size of the workload's plan, accuracy at one, and the scale fit."""
+    plan = config.plans[workload.name]
     queries = workload.queries
     dbs = {}
-    with bars.task("generate data", len(config.sizes)) as tick:
-        for size in config.sizes:
+    with bars.task(f"{workload.title}: generate data", len(plan.sizes)) as tick:
+        for size in plan.sizes:
             t = time.perf_counter()
             path = workload.database(size, config.seed)
-            dbs[size] = {"database": path.name, "rows": workload.rows(path),
-                         "prepare_s": time.perf_counter() - t, "path": path}
+            users, rows = workload.counts(path)
+            dbs[size] = {"label": workload.size_label(size), "database": path.name,
+                         "users": users, "rows": rows, "prepare_s": time.perf_counter() - t,
+                         "path": path}
             tick()
-    out: dict = {"status": "ok", "unit": workload.unit, "sizes": {}, "latency": {},
-                 "accuracy": {}, "scale": {}}
-    for size in config.sizes:
+    out: dict = {"status": "ok", "title": workload.title, "unit": workload.unit,
+                 "size_unit": workload.size_unit, "sizes": {}, "latency": {}, "accuracy": {},
+                 "scale": {}}
+    for size in plan.sizes:
         info = dbs[size]
-        out["sizes"][str(size)] = {k: v for k, v in info.items() if k != "path"}
+        key = size_key(size)
+        out["sizes"][key] = {k: v for k, v in info.items() if k != "path"}
+        large = size >= plan.large
         timed = queries
-        if size >= config.large and config.large_queries is not None:
-            timed = tuple(q for q in queries if q.name in config.large_queries)
-        stage_runs = config.stage_runs_large if size >= config.large else config.stage_runs
+        if large and plan.large_queries is not None:
+            timed = tuple(q for q in queries if q.name in plan.large_queries)
+        stage_runs = config.stage_runs_large if large else config.stage_runs
         conn = measure.open_private(info["path"], workload.catalog(size))
         plain = measure.open_plain(info["path"])
         try:
-            measure.warm(plain, data.TABLE)
-            with bars.task(f"latency, {_people(size)} people", len(timed) * (config.runs + 2)) \
-                    as tick:
+            measure.warm(plain, workload.tables)
+            with bars.task(f"{workload.title}: latency, {info['label']}",
+                           len(timed) * (config.runs + 2)) as tick:
                 for q in timed:
-                    if size < config.large:  # a first run of each, untimed (plans, caches)
+                    if not large:  # a first run of each, untimed (plans, caches)
                         conn.execute(q.sql, epsilon=config.latency_epsilon, delta=q.delta)
                         plain.execute(q.floor).fetchall()
                     lat = measure.latency(conn, plain, q, config.runs, stage_runs,
                                           config.latency_epsilon, tick)
-                    out["latency"].setdefault(q.name, {})[str(size)] = lat
-            if size == config.accuracy_size:
+                    out["latency"].setdefault(q.name, {})[key] = lat
+            if size == plan.accuracy_size:
                 total = len(queries) * len(config.epsilons) * config.trials
-                with bars.task(f"accuracy, {_people(size)} people", total) as tick:
+                with bars.task(f"{workload.title}: accuracy, {info['label']}", total) as tick:
                     for q in queries:
                         out["accuracy"][q.name] = {
-                            "people": size,
+                            "size": key, "label": info["label"],
                             **measure.accuracy(conn, plain, q, config.epsilons, config.trials,
                                                tick)}
         finally:
@@ -120,12 +140,12 @@ def run_workload(workload: Workload, config: Config, bars: Bars) -> dict:
             plain.close()
     for q in queries:
         by_size = out["latency"].get(q.name, {})
-        sizes = sorted(int(s) for s in by_size)
+        sizes = sorted(float(s) for s in by_size)
         if len(sizes) < 2:
             continue
-        entry = {"people": sizes}
+        entry = {"sizes": sizes, "size_unit": workload.size_unit}
         for kind in ("private", "plain", "floor"):
-            ms = [by_size[str(s)][f"{kind}_ms"] for s in sizes]
+            ms = [by_size[size_key(s)][f"{kind}_ms"] for s in sizes]
             entry[f"{kind}_ms"] = ms
             entry[f"{kind}_exponent"] = float(np.polyfit(np.log(sizes), np.log(ms), 1)[0])
         out["scale"][q.name] = entry
@@ -139,14 +159,14 @@ def run_sampler(config: Config, bars: Bars) -> list[dict]:
 
 
 def run_smartnoise(workload: Workload, config: Config, main: dict, bars: Bars) -> dict:
-    size = config.accuracy_size
+    size = int(config.plans[workload.name].accuracy_size)
     with bars.task("SmartNoise SQL: environment", 1) as tick:
         python, why = smartnoise.ensure_environment()
         tick()
     if python is None:
         return {"status": f"unavailable ({why})"}
     db = workload.database(size, config.seed)
-    with bars.task(f"SmartNoise SQL, {_people(size)} people (subprocess)", 1) as tick:
+    with bars.task(f"SmartNoise SQL, {workload.size_label(size)} (subprocess)", 1) as tick:
         sqlite = data.sqlite_copy(db)
         job = {
             "database": str(sqlite),
@@ -178,7 +198,7 @@ def run_smartnoise(workload: Workload, config: Config, main: dict, bars: Bars) -
             entry = {"latency_ms": got["latency_s"] * 1000,
                      "exact_aggregation_ms": got["exact_aggregation_s"] * 1000,
                      "epsilons": {}, "equal_spend": {}, "errors": got.get("errors", {})}
-            dp_lat = main["latency"].get(q.name, {}).get(str(size))
+            dp_lat = main["latency"].get(q.name, {}).get(size_key(size))
             if dp_lat:
                 entry["dpsql_latency_ms"] = dp_lat["private_ms"]
             for eps in config.epsilons:
@@ -207,7 +227,25 @@ def environment() -> dict:
         "cpus": os.cpu_count(),
         "load_average_start": _load(),
         "packages": {p: ver(p) for p in ("dpsql", "duckdb", "opendp", "numpy", "sqlglot")},
+        "git": _git(),
     }
+
+
+def _git() -> dict | None:
+    """The checkout's commit, and whether dpsql's sources differ from it (results of a
+    working tree with uncommitted engine changes say so)."""
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "--no-optional-locks", "-C", str(root), *args],
+                              capture_output=True, text=True, check=True, timeout=30).stdout
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD").strip()
+        changed = git("status", "--porcelain", "--", "dpsql", "catalog").splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "engine_changes_uncommitted": len(changed)}
 
 
 class Bars:
@@ -257,14 +295,6 @@ def _load() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
-
-
-def _people(n: int) -> str:
-    if n >= 1_000_000 and n % 1_000_000 == 0:
-        return f"{n // 1_000_000}M"
-    if n >= 1_000 and n % 1_000 == 0:
-        return f"{n // 1_000}k"
-    return str(n)
 
 
 def _clean(value):
