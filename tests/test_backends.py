@@ -227,6 +227,10 @@ PUMS_QUERIES = [
     ("SELECT race, married, COUNT(*), SUM(income) FROM pums GROUP BY race, married", {}),
     ("SELECT age, COUNT(*) FROM pums_dup GROUP BY age", {"max_rows": 3}),
     ("SELECT sex, MEDIAN(age), MAX(income), MIN(age * 2) FROM pums GROUP BY sex", {}),
+    ("SELECT sex, COUNT(DISTINCT age), COUNT(DISTINCT educ) FROM pums_dup GROUP BY sex",
+     {"max_rows": 4}),
+    ("SELECT age // 10 AS d, COUNT(DISTINCT income) FROM pums_dup GROUP BY d",
+     {"max_rows": 4, "max_groups": 2}),
     ("SELECT race, PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY income / 1000) FROM pums_dup "
      "GROUP BY race", {"max_rows": 3}),
     ("SELECT age // 10 AS decade, COUNT(*), SUM(age * 2 - 10) FROM pums "

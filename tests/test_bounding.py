@@ -49,8 +49,8 @@ def test_one_user_moves_each_statistic_by_at_most_its_bound(neighbours, max_rows
                                                             group_by):
     select = f"{group_by}, " if group_by else ""
     tail = f" GROUP BY {group_by}" if group_by else ""
-    sql = (f"SELECT {select}COUNT(*), SUM(income), AVG(age), COUNT(DISTINCT pid) "
-           f"FROM pums_dup{tail}")
+    sql = (f"SELECT {select}COUNT(*), SUM(income), AVG(age), COUNT(DISTINCT pid), "
+           f"COUNT(DISTINCT age + pid) FROM pums_dup{tail}")
     plan = _demo_plan(sql, max_rows=max_rows, max_groups=max_groups, seed=3)
     before, after = (exact(b, plan) for b in neighbours)
     G = plan.max_groups
@@ -62,6 +62,10 @@ def test_one_user_moves_each_statistic_by_at_most_its_bound(neighbours, max_rows
         assert max(diffs) <= stat.linf + 1e-6, stat.label
         assert sum(diffs) <= G * stat.linf + 1e-6, stat.label
     # the attacker's 1,000 rows do reach the bound: the test would notice no bounding
+    distinct = next(s for s in plan.stats if s.kind == "distinct")
+    reach = 1 if group_by == "age" else max_rows  # by age: one value of age + pid a group
+    assert max(abs((after.get(k) or {}).get(distinct.name, 0)
+                   - (before.get(k) or {}).get(distinct.name, 0)) for k in changed) == reach
     count = plan.stats[0]
     assert count.label == "COUNT(*)"
     assert max(abs((after.get(k) or {}).get("__s0", 0) - (before.get(k) or {}).get("__s0", 0))

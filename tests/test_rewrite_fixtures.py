@@ -82,9 +82,12 @@ def all_cases():
             yield pytest.param(path, i, case, id=f"{path.stem}-{i}")
 
 
-def _rows(con, expression):
-    rows = con.execute(expression.sql(dialect="duckdb")).fetchall()
-    return sorted(rows, key=repr)
+def _rows(con, expression, names=None):
+    """Rows as tuples in the order of ``names`` (default: the query's own columns)."""
+    cur = con.execute(expression.sql(dialect="duckdb"))
+    columns = [d[0] for d in cur.description]
+    order = [columns.index(n) for n in (names or columns)]
+    return sorted((tuple(r[i] for i in order) for r in cur.fetchall()), key=repr), columns
 
 
 @pytest.mark.parametrize(("path", "index", "case"), list(all_cases()))
@@ -100,8 +103,8 @@ def test_fixture(path, index, case, pums_db):
         assert got == case["expected"]
 
     # Meaning: on in-bounds data the rewrite leaves every exact statistic unchanged.
-    plain = _rows(pums_db, statistics_query(plan))
-    private = _rows(pums_db, expression)
+    plain, names = _rows(pums_db, statistics_query(plan))
+    private, _ = _rows(pums_db, expression, names)
     assert len(plain) == len(private)
     for a, b in zip(plain, private, strict=True):
         for x, y in zip(a, b, strict=True):

@@ -233,6 +233,10 @@ def analyze(
             "COUNT(DISTINCT) under partition selection is released only above the "
             f"threshold {selection.threshold}, so values near it are biased upward"
         )
+    if any(s.kind == "distinct" for s in stats) and not one_row:
+        plan.notes.append(
+            f"COUNT(DISTINCT) keeps at most {R} distinct value(s) per user and group; a "
+            "user with more adds only those, which biases the count down")
     if any(s.kind == "sum" for s in stats):
         plan.notes.append(
             "sums clamp each value to its bounds and each user's partial sum to "
@@ -265,7 +269,7 @@ class _Analysis:
             center=center,
             # AVG's and VARIANCE's sums and histograms are rescaled per user (see
             # per_user_aggregate): fractional, so they take the grid mechanism
-            integer=kind == "count" or kind == "users" or (
+            integer=kind in ("count", "users", "distinct") or (
                 kind == "sum" and not center and interval.integer) or (
                 kind == "hist" and self.one_row),
             nullable=arg is not None and not self._never_null(arg),
@@ -411,12 +415,13 @@ class _Analysis:
             cols = arg.expressions
             if len(cols) == 1 and self.scope.is_uid(cols[0]):
                 return self.stat("users", None, None)
-            keys = sorted(f"{a}.{c}" if not self.scope.single else c
-                          for a, c in self.scope.uid_columns)
-            raise UnsupportedQueryError(
-                "COUNT(DISTINCT ...) is supported only over the user key"
-                + (f" ({', '.join(keys)})" if keys else "")
-            )
+            if len(cols) != 1:
+                raise UnsupportedQueryError(
+                    "COUNT(DISTINCT ...) takes one expression; combine columns with ||")
+            if any(cols[0].find_all(*AGGREGATES)):
+                raise UnsupportedQueryError("aggregates inside aggregates are not allowed")
+            # each user adds at most R distinct values per group (count_distinct_values)
+            return self.stat("distinct", cols[0], None)
         if self._never_null(arg):
             return self.stat("count", None, None)
         return self.stat("count", arg, None)

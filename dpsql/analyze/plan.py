@@ -70,6 +70,8 @@ class Statistic:
                     f"over [{self.interval.lower:g}, {self.interval.upper:g}])")
         if self.kind == "users":
             return "COUNT(DISTINCT <user>)"
+        if self.kind == "distinct":
+            return f"COUNT(DISTINCT {self.arg.sql(dialect='duckdb')})"
         if self.kind == "count":
             return f"COUNT({self.arg.sql(dialect='duckdb') if self.arg else '*'})"
         arg = self.arg.sql(dialect="duckdb")

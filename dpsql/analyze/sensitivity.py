@@ -28,7 +28,7 @@ from __future__ import annotations
 from dpsql.analyze.bounds import Interval
 
 #: Statistic kinds the engine noises.
-KINDS = ("count", "sum", "sumsq", "users", "hist")
+KINDS = ("count", "sum", "sumsq", "users", "hist", "distinct")
 
 
 def partial_range(kind: str, interval: Interval | None, max_rows: int) -> tuple[float, float]:
@@ -44,6 +44,9 @@ def partial_range(kind: str, interval: Interval | None, max_rows: int) -> tuple[
       one row of the group, so the partial is exactly 1.
     * ``sumsq`` (for VARIANCE): ``Σ (x − m)²`` over at most R rows, with ``x − m`` in the
       given (already centred) interval: ``[0, R · max(|L−m|, |U−m|)²]``.
+    * ``distinct`` (COUNT(DISTINCT col), col not the user key): each user keeps at most R
+      distinct values per group (:mod:`dpsql.rewrite.count_distinct_values`), so adding
+      or removing the user moves the group's distinct count by at most R: ``[0, R]``.
     * ``hist`` (for quantiles): a vector of one count per bin. The SQL scales the user's
       bin counts ``c_j`` in the group by ``min(T, R) / T``, ``T = Σ_j c_j``, so the partials
       are non-negative and sum to at most R: each lies in ``[0, R]`` and the vector's L1
@@ -53,7 +56,7 @@ def partial_range(kind: str, interval: Interval | None, max_rows: int) -> tuple[
     if kind == "sumsq":
         assert interval is not None
         return (0, max_rows * interval.magnitude**2)
-    if kind in ("count", "hist"):
+    if kind in ("count", "hist", "distinct"):
         return (0, max_rows)
     if kind == "users":
         return (0, 1)

@@ -12,6 +12,7 @@ from sqlglot import exp
 from dpsql.analyze.plan import Plan
 from dpsql.rewrite.bound_groups import bound_groups
 from dpsql.rewrite.clamp_values import clamp_values
+from dpsql.rewrite.count_distinct_values import count_distinct_values
 from dpsql.rewrite.guard_errors import guard_errors
 from dpsql.rewrite.per_user_aggregate import per_user_aggregate
 from dpsql.rewrite.restrict_domains import restrict_domains
@@ -23,6 +24,7 @@ RULES = (
     clamp_values,
     per_user_aggregate,
     bound_groups,
+    count_distinct_values,
 )
 
 

@@ -87,6 +87,8 @@ def guard_errors(expression: exp.Select, plan: Plan) -> exp.Select:
             elif stat.kind == "hist":
                 j = int(name.rsplit("_", 1)[1])
                 item.set("this", bin_count(stat, j, guard(bin_argument(agg).copy())))
+            elif isinstance(agg.this, exp.Distinct):
+                agg.this.set("expressions", [guard(e) for e in agg.this.expressions])
             elif agg.this is not None and not isinstance(agg.this, exp.Star):
                 agg.set("this", guard(agg.this))
     return expression

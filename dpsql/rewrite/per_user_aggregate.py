@@ -29,6 +29,37 @@ def _scaled(total: exp.Expression, arg: exp.Expression, R: int) -> exp.Expressio
     return exp.Div(this=exp.Mul(this=total, expression=capped),
                    expression=exp.Nullif(this=count, expression=number(0)))
 PER_USER = "__per_user"
+#: Column of a user's distinct values in :func:`values_table`.
+VALUE = "__v"
+
+
+def values_table(stat) -> str:
+    """The CTE holding each user's distinct values of a COUNT(DISTINCT col) statistic."""
+    return f"__values{stat.name}"
+
+
+def _distinct_values(inner: exp.Select, value: exp.Expression, plan: Plan) -> exp.Select:
+    """``(user, keys, value)`` rows, one per distinct value, ranked by a keyed hash.
+
+    Keeping the ``R`` values of smallest hash (``__vrank <= R``, applied by
+    :func:`dpsql.rewrite.count_distinct_values.count_distinct_values`) bounds how many
+    values one user adds to a group's distinct count; which values a user keeps depends
+    on that user's values and the seed only.
+    """
+    keys = [e.copy() for e in inner.expressions if e.alias_or_name.startswith("__k")]
+    group = [e.this.copy() for e in keys]
+    order = exp.Anonymous(this="HASH", expressions=[value.copy(), number(plan.seed)])
+    rank = exp.Window(this=exp.RowNumber(),
+                      partition_by=[plan.uid.copy(), *(g.copy() for g in group)],
+                      order=exp.Order(expressions=[exp.Ordered(this=order)]))
+    out = exp.select(exp.alias_(plan.uid.copy(), UID), *keys, exp.alias_(value.copy(), VALUE),
+                     exp.alias_(rank, "__vrank"))
+    out.set("from_", inner.args["from_"].copy())
+    for join in inner.args.get("joins") or []:
+        out.append("joins", join.copy())
+    if inner.args.get("where"):
+        out.set("where", inner.args["where"].copy())
+    return out.group_by(plan.uid.copy(), *group, value.copy(), copy=False)
 
 
 def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
@@ -55,6 +86,7 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
     R = plan.max_rows
     inner = exp.select(exp.alias_(plan.uid.copy(), UID))
     outer = exp.select()
+    distinct: list = []
     for item in expression.expressions:
         name = item.alias_or_name
         if name.startswith("__k"):
@@ -64,6 +96,9 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
         stat = plan.stat(name)
         if stat.kind == "users":
             outer = outer.select(exp.alias_(exp.Count(this=exp.Star()), name), copy=False)
+            continue
+        if stat.kind == "distinct":  # counted from a table of their own
+            distinct.append((stat, item.this.this.expressions[0]))
             continue
         agg = item.this.copy()
         if stat.kind == "hist":
@@ -95,7 +130,13 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
     group = expression.args.get("group")
     keys = [k.copy() for k in group.expressions] if group else []
     inner = inner.group_by(plan.uid.copy(), *keys, copy=False)
+    if not outer.expressions or all(e.alias_or_name.startswith("__k")
+                                    for e in outer.expressions):
+        outer = outer.select(exp.alias_(exp.Count(this=exp.Star()), "__rows"), copy=False)
     outer = outer.from_(PER_USER, copy=False).with_(PER_USER, as_=inner, copy=False)
+    for stat, value in distinct:
+        outer = outer.with_(values_table(stat), as_=_distinct_values(inner, value, plan),
+                            copy=False)
     if plan.keys:
         outer = outer.group_by(*(exp.column(k.name) for k in plan.keys), copy=False)
     return outer

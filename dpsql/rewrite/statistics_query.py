@@ -46,6 +46,8 @@ def _aggregate(stat: Statistic, plan: Plan) -> exp.Expression:
         return exp.Count(this=exp.Distinct(expressions=[plan.uid.copy()]))
     if stat.kind == "count":
         return exp.Count(this=stat.arg.copy() if stat.arg is not None else exp.Star())
+    if stat.kind == "distinct":
+        return exp.Count(this=exp.Distinct(expressions=[stat.arg.copy()]))
     return exp.Sum(this=value_expression(stat, stat.arg.copy()))
 
 

@@ -183,6 +183,9 @@ CASES = {
     "avg": ("SELECT AVG(age) FROM t", single("__a0"), None),
     "variance": ("SELECT VAR_POP(age) FROM t", single("__a0"), None),
     "grouped counts": ("SELECT educ, COUNT(*) FROM t GROUP BY educ", touched_total, "__s0"),
+    # the added user has 16 values of educ + pid nobody else has; R = 3 of them count
+    "count distinct values": ("SELECT COUNT(DISTINCT educ + pid) FROM t", single("__a0"),
+                              "__s0"),
     # quantiles: the histogram's top bin is where the added user's clamped ages land
     # (width 2: 51 bins, the last one [99.5, 100])
     # (the quantiles themselves are post-processing of these bins)
@@ -221,7 +224,7 @@ def test_audit_detects_halved_noise(backends, case):
 
 
 @pytest.mark.parametrize("case", ["count", "sum", "avg", "variance", "grouped counts",
-                                  "histogram"])
+                                  "histogram", "count distinct values"])
 def test_audit_detects_skipped_contribution_bounds(backends, case):
     sql, output, _ = CASES[case]
     plan = plan_for(sql, epsilon=1.0)

@@ -133,7 +133,8 @@ RAW_ROWS = [
     R("SELECT MODE(age) FROM pums", U, "MODE"),
     R("SELECT HISTOGRAM(age) FROM pums", U, "HISTOGRAM"),
     R("SELECT STDDEV(pid) FROM pums", (U, B), None),
-    R("SELECT COUNT(DISTINCT age) FROM pums", U, "user key"),
+    R("SELECT COUNT(DISTINCT age, sex) FROM pums", U, "one expression"),
+    R("SELECT COUNT(DISTINCT COUNT(*)) FROM pums", U, "aggregates inside"),
     R("SELECT SUM(DISTINCT income) FROM pums", U, "DISTINCT"),
     R("SELECT COUNT(*) FROM pums HAVING age > 50", U, "GROUP BY"),
     R("SELECT sex, COUNT(*) FROM pums GROUP BY ALL", U, None),
@@ -745,6 +746,11 @@ class Safe:
 
 S = Safe
 SAFE = [
+    # COUNT(DISTINCT col): at most max_rows values per user and group
+    S("SELECT COUNT(DISTINCT age) FROM pums"),
+    S("SELECT COUNT(DISTINCT income) FROM pums_dup"),
+    S("SELECT COUNT(DISTINCT CASE WHEN pid = 5 THEN age END) FROM pums_dup"),
+    S("SELECT sex, COUNT(DISTINCT CAST(income AS VARCHAR) || 'x') FROM pums_dup GROUP BY sex"),
     # quantiles: bounded by the catalog, answered from a noisy histogram
     S("SELECT MIN(age), MAX(income), MEDIAN(income) FROM pums"),
     S("SELECT QUANTILE_CONT(income * 2 - age, 0.1) FROM pums_dup"),
