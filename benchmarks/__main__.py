@@ -1,4 +1,7 @@
-"""``python -m benchmarks [--quick | --config NAME] [--name NAME] [--out DIR] [--no-peers]``."""
+"""``python -m benchmarks [--quick | --config NAME] [--name NAME] [--out DIR] [--no-peers]``.
+
+``python -m benchmarks --rerender results/latest.json`` rewrites a run's report only.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.config import CONFIGS
-from benchmarks.run import RESULTS_DIR, run
+from benchmarks.run import RESULTS_DIR, rerender, run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     peers.add_argument("--peers", dest="peers", action="store_true",
                        help="run SmartNoise SQL even if the configuration skips it")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--rerender", type=Path, default=None, metavar="JSON",
+                        help="only rewrite the summary, markdown and plots of a finished run "
+                             "from its JSON file")
     args = parser.parse_args(argv)
+    if args.rerender is not None:
+        results = rerender(args.rerender)
+        print(f"wrote {', '.join(results['files'].values())} in {args.rerender.parent}")
+        return 0
     config = args.config or ("quick" if args.quick else "full")
     name = args.name or ("latest" if config == "full" else config)
     results = run(config, args.out, progress=not args.no_progress, name=name, peers=args.peers)

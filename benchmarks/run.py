@@ -88,6 +88,16 @@ def run(config_name: str, out_dir: Path, progress: bool = True, *, name: str | N
     return results
 
 
+def rerender(json_path: Path) -> dict:
+    """Rewrites the summary, markdown and plots of a finished run from its JSON."""
+    json_path = Path(json_path)
+    results = json.loads(json_path.read_text())
+    results["summary"] = report.summary(results)
+    results["files"] = report.write(results, json_path.parent, results["name"])
+    json_path.write_text(json.dumps(_clean(results), indent=1) + "\n")
+    return results
+
+
 def run_workload(workload: Workload, config: Config, bars: Bars) -> dict:
     """Latency at every size of the workload's plan, accuracy at one, and the scale fit."""
     plan = config.plans[workload.name]
