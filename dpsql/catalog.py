@@ -30,6 +30,7 @@ dpsql.errors.CatalogError: table 't': user_key 'uid' is not one of its columns (
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -64,8 +65,10 @@ class Column:
     Attributes:
         name: lower-case column name.
         type: one of :data:`TYPES`.
-        lower: smallest value an aggregate may use (values below are clamped), or None.
-        upper: largest value an aggregate may use, or None.
+        lower: smallest value an aggregate may use (values below are clamped), or None;
+            for a date column, its earliest date (``datetime.date``), which bounds the
+            year and the public domain of date keys such as ``date_trunc('month', d)``.
+        upper: largest value an aggregate may use (latest date), or None.
         values: the public domain of the column when grouped by, or None.
         nullable: whether the column may hold NULL.
     """
@@ -295,9 +298,14 @@ def _column(table: str, name: str, cdoc: Any) -> Column:
     lower, upper = cdoc.get("lower"), cdoc.get("upper")
     if (lower is None) != (upper is None):
         raise CatalogError(f"{where}: give both lower and upper, or neither")
-    if lower is not None:
+    if lower is not None and ctype == "date":
+        lower, upper = _date(lower, f"{where}: lower"), _date(upper, f"{where}: upper")
+        if lower > upper:
+            raise CatalogError(f"{where}: lower ({lower}) is later than upper ({upper})")
+    elif lower is not None:
         if ctype not in NUMERIC_TYPES:
-            raise CatalogError(f"{where}: lower/upper are only for int and float columns")
+            raise CatalogError(
+                f"{where}: lower/upper are only for int, float and date columns")
         lower, upper = _number(lower, f"{where}: lower"), _number(upper, f"{where}: upper")
         if lower > upper:
             raise CatalogError(f"{where}: lower ({lower}) is greater than upper ({upper})")
@@ -331,6 +339,19 @@ def _domain_value(value: Any, ctype: str, where: str) -> Any:
     if value is None or not ok(value):
         raise CatalogError(f"{where}: value {value!r} in values is not of type {ctype}")
     return value
+
+
+def _date(value: Any, where: str) -> datetime.date:
+    """A date bound: a YAML date or an ISO ``YYYY-MM-DD`` string."""
+    if isinstance(value, datetime.datetime):
+        raise CatalogError(f"{where}: expected a date such as 1992-01-01, got a timestamp")
+    if isinstance(value, datetime.date):
+        return value
+    try:
+        return datetime.date.fromisoformat(str(value))
+    except ValueError:
+        raise CatalogError(f"{where}: expected a date such as 1992-01-01, got {value!r}") \
+            from None
 
 
 def _number(value: Any, where: str) -> float:

@@ -38,7 +38,9 @@ SCALAR_FUNCTIONS: tuple[type[exp.Expression], ...] = (
     exp.Abs, exp.Least, exp.Greatest, exp.Coalesce, exp.Case, exp.If, exp.Cast,
     exp.TryCast, exp.Round, exp.Floor, exp.Ceil, exp.Lower, exp.Upper, exp.Length,
     exp.Substring, exp.Year, exp.Month, exp.Day, exp.Extract, exp.Nullif, exp.DPipe,
-    exp.Concat, exp.Sign, exp.Sqrt, exp.Ln, exp.Exp,
+    exp.Concat, exp.Sign, exp.Sqrt, exp.Ln, exp.Exp, exp.TimestampTrunc, exp.DateTrunc,
+    exp.Quarter, exp.Week, exp.WeekOfYear, exp.DayOfWeek, exp.DayOfMonth, exp.DayOfYear,
+    exp.Left, exp.Right, exp.Trim, exp.Replace,
 )
 
 #: Non-function nodes allowed anywhere.
@@ -138,7 +140,8 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
         raise UnsupportedQueryError(
             "SELECT DISTINCT would release raw values: use GROUP BY with an aggregate"
         )
-    if isinstance(node, exp.Var) and not isinstance(node.parent, exp.Extract | exp.Interval):
+    if isinstance(node, exp.Var) and not isinstance(
+            node.parent, exp.Extract | exp.Interval | exp.TimestampTrunc | exp.DateTrunc):
         raise UnsupportedQueryError(f"bare keyword {node.name!r} is not supported")
     if isinstance(node, exp.Select):
         for key in ("laterals", "windows", "qualify", "distinct",

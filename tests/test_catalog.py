@@ -53,7 +53,7 @@ def test_yaml_file_and_dict_agree(tmp_path):
          "table 't', column 'x': type must be one of"),
         (table(columns={"uid": {"type": "int"}, "x": {"type": "string", "lower": 0,
                                                       "upper": 1}}),
-         "table 't', column 'x': lower/upper are only for int and float columns"),
+         "table 't', column 'x': lower/upper are only for int, float and date columns"),
         (table(columns={"uid": {"type": "int"}, "x": {"type": "int", "lower": 0.5,
                                                       "upper": 1}}),
          "bounds of an int column must be integers"),

@@ -25,6 +25,8 @@ from sqlglot import exp
 from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import Interval, bounds
 from dpsql.analyze.derived import inline_ctes
+from dpsql.analyze.determined import determined_columns, key_is_determined
+from dpsql.analyze.domains import domain
 from dpsql.analyze.plan import Cell, GroupKey, Output, Plan, Statistic
 from dpsql.analyze.scope import Scope, build_scope
 from dpsql.catalog import Catalog
@@ -76,7 +78,8 @@ def analyze(
         mechanism: ``laplace`` (pure ε-DP statistics) or ``gaussian`` (zCDP; needs δ).
         unique: ``unique(table, column)`` tells whether the *database* guarantees the
             column unique (a PRIMARY KEY or UNIQUE constraint). When it does for the user
-            key of a single-table query, each user has exactly one row.
+            key of a single-table query, each user has exactly one row; in joins it
+            tells which group keys the user determines (:mod:`dpsql.analyze.determined`).
 
     Raises:
         UnknownTableError, UnknownColumnError, UnboundedExpressionError,
@@ -154,14 +157,18 @@ def analyze(
             f"GROUP BY over public domains has {domain_size} key combinations; "
             f"the limit is {MAX_DOMAIN_CELLS}"
         )
-    if not keys:
+    # every key a function of the user (see determined.py): one group per user
+    single_group = bool(one_row) or (bool(keys) and all(
+        key_is_determined(k.expr, scope, found)
+        for found in [determined_columns(scope, where, unique)] for k in keys))
+    if not keys or single_group:
         G_eff, bound = 1, False
     elif public:
         # keys outside the domain are filtered out, so a user cannot reach more
         # groups than the domain has
-        G_eff, bound = min(G, domain_size), domain_size > G and not one_row
+        G_eff, bound = min(G, domain_size), domain_size > G
     else:
-        G_eff, bound = G, not one_row
+        G_eff, bound = G, True
 
     stats = a.stats
     selection = None
@@ -320,15 +327,7 @@ class _Analysis:
         return keys
 
     def _domain(self, expr: exp.Expression) -> tuple | None:
-        if not isinstance(expr, exp.Column):
-            return None
-        col = self.scope.column(expr)
-        values = col.values
-        if values is None and col.type == "bool":
-            values = (False, True)
-        if values is None:
-            return None
-        return values + ((None,) if col.nullable else ())
+        return domain(expr, self.scope.column)
 
     def post_expr(self, e: exp.Expression, keys: list[GroupKey], where: str,
                   aliases: dict[str, exp.Expression] | None = None) -> exp.Expression:

@@ -87,6 +87,11 @@ class _Bounds:
         col = self.lookup(e)
         if col.type == "bool":
             return Interval(0, 1, True)
+        if col.type in ("date", "timestamp", "string"):
+            raise UnboundedExpressionError(
+                f"column {col.name!r} is a {col.type} and cannot be aggregated as a number"
+                + ("; aggregate a part of it such as YEAR(...) or MONTH(...)"
+                   if col.type != "string" else ""))
         if not col.bounded:
             raise UnboundedExpressionError(
                 f"column {col.name!r} has no lower/upper bounds in the catalog, so it "
@@ -222,3 +227,108 @@ class _Bounds:
 
     def _Nullif(self, e: exp.Nullif) -> Interval:
         return self.visit(e.this)
+
+    # Monotone functions map the bounds; a value outside their domain (sqrt of a
+    # negative) is an error that guard_errors turns into NULL, which aggregates ignore.
+
+    def _Sqrt(self, e: exp.Sqrt) -> Interval:
+        a = self.visit(e.this)
+        return Interval(math.sqrt(max(a.lower, 0)), math.sqrt(max(a.upper, 0)), False)
+
+    def _Ln(self, e: exp.Ln) -> Interval:
+        a = self.visit(e.this)
+        if a.upper <= 0:
+            raise UnboundedExpressionError(
+                f"cannot bound {e.sql(dialect='duckdb')!r}: its argument is never positive")
+        if a.lower <= 0:
+            raise UnboundedExpressionError(
+                f"cannot bound {e.sql(dialect='duckdb')!r}: LN tends to -infinity near 0 "
+                f"and the argument's bounds [{a.lower}, {a.upper}] reach 0")
+        return Interval(math.log(a.lower), math.log(a.upper), False)
+
+    def _Exp(self, e: exp.Exp) -> Interval:
+        a = self.visit(e.this)
+        try:
+            return Interval(math.exp(a.lower), math.exp(a.upper), False)
+        except OverflowError:
+            raise UnboundedExpressionError(
+                f"the bounds of {e.sql(dialect='duckdb')!r} overflow") from None
+
+    def _IntDiv(self, e: exp.IntDiv) -> Interval:
+        # x // c for a literal c: between floor and ceiling of x / c (engines round
+        # integer division either way)
+        a, c = self.visit(e.this), self._literal_divisor(e)
+        q = sorted((a.lower / c, a.upper / c))
+        return Interval(math.floor(q[0]), math.ceil(q[1]), True)
+
+    def _Mod(self, e: exp.Mod) -> Interval:
+        # |x % c| < |c|, with the sign of x (DuckDB, PostgreSQL, SQLite, Spark)
+        a, c = self.visit(e.this), abs(self._literal_divisor(e))
+        span = c - 1 if a.integer and float(c).is_integer() else c
+        return Interval(max(a.lower, -span) if a.lower < 0 else 0,
+                        min(a.upper, span) if a.upper > 0 else 0, a.integer)
+
+    def _literal_divisor(self, e: exp.Expression) -> float:
+        d = e.expression
+        if isinstance(d, exp.Nullif):  # guard_errors' NULLIF(c, 0)
+            d = d.this
+        value = self.visit(d)
+        if value.lower != value.upper or value.lower == 0:
+            raise UnboundedExpressionError(
+                f"cannot bound {e.sql(dialect='duckdb')!r}: the divisor must be a non-zero "
+                "number literal")
+        return value.lower
+
+    # Parts of dates: fixed ranges, and the year from the column's date bounds.
+
+    def _part(self, part: str, arg: exp.Expression) -> Interval:
+        fixed = {"MONTH": (1, 12), "DAY": (1, 31), "QUARTER": (1, 4), "DOW": (0, 6),
+                 "DAYOFWEEK": (0, 6), "ISODOW": (1, 7), "DOY": (1, 366),
+                 "DAYOFYEAR": (1, 366), "WEEK": (1, 53), "HOUR": (0, 23),
+                 "MINUTE": (0, 59), "SECOND": (0, 59)}
+        if part in fixed:
+            return Interval(*fixed[part], True)
+        if part == "YEAR":
+            low, high = self._dates(arg)
+            return Interval(low.year, high.year, True)
+        raise UnboundedExpressionError(f"cannot bound EXTRACT({part} FROM ...)")
+
+    def _dates(self, e: exp.Expression):
+        if isinstance(e, exp.TimestampTrunc | exp.DateTrunc | exp.Paren | exp.Cast
+                      | exp.TryCast):
+            return self._dates(e.this)
+        if isinstance(e, exp.Column):
+            col = self.lookup(e)
+            if col.type == "date" and col.bounded:
+                return col.lower, col.upper
+        raise UnboundedExpressionError(
+            f"cannot bound the year of {e.sql(dialect='duckdb')!r}: give the date column "
+            "lower and upper dates in the catalog")
+
+    def _Extract(self, e: exp.Extract) -> Interval:
+        return self._part(e.this.name.upper(), e.expression)
+
+    def _Year(self, e: exp.Year) -> Interval:
+        return self._part("YEAR", e.this)
+
+    def _Month(self, e: exp.Month) -> Interval:
+        return self._part("MONTH", e.this)
+
+    def _Day(self, e: exp.Day) -> Interval:
+        return self._part("DAY", e.this)
+
+    _DayOfMonth = _Day
+
+    def _Quarter(self, e: exp.Quarter) -> Interval:
+        return self._part("QUARTER", e.this)
+
+    def _DayOfWeek(self, e: exp.DayOfWeek) -> Interval:
+        return self._part("DOW", e.this)
+
+    def _DayOfYear(self, e: exp.DayOfYear) -> Interval:
+        return self._part("DOY", e.this)
+
+    def _Week(self, e: exp.Week) -> Interval:
+        return self._part("WEEK", e.this)
+
+    _WeekOfYear = _Week
