@@ -2,8 +2,8 @@
 
 Free under DP's post-processing property: everything here reads only noisy values and
 released keys. The analyst's outer expressions, HAVING, ORDER BY and LIMIT run in a
-private in-memory DuckDB over the small table of released groups, so their SQL
-semantics are DuckDB's own. Error bars are derived alongside in Python by interval
+private in-memory DuckDB over the small table of released groups (:mod:`dpsql.scratch`),
+so their SQL semantics are DuckDB's own. Error bars are derived alongside in Python by interval
 arithmetic: for an output that depends on ``m`` noisy statistics, each statistic's
 interval is taken at level ``α/m``, so by the union bound the output's interval holds
 with probability at least ``1 − α``.
@@ -22,6 +22,7 @@ from dpsql.analyze.plan import Cell, Plan
 from dpsql.errors import PostprocessError, UnsupportedQueryError
 from dpsql.mechanisms import quantile
 from dpsql.noise import NoisyGroups
+from dpsql.scratch import scratch
 
 ROW_ID = "__rid"
 
@@ -85,15 +86,13 @@ def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
     data.update(cells)
     table = pa.table(data) if n else _empty_table(plan)
 
-    con = duckdb.connect(":memory:", config={"enable_external_access": False})
-    try:
-        con.register("__noisy", table)
-        result = con.execute(postprocess_query(plan).sql(dialect="duckdb")).fetchall()
-    except duckdb.Error as exc:  # depends on noisy values only; the charge is kept
-        raise PostprocessError(
-            f"post-processing the noisy answer failed ({type(exc).__name__})") from None
-    finally:
-        con.close()
+    with scratch() as con:
+        try:
+            con.register("__noisy", table)
+            result = con.execute(postprocess_query(plan).sql(dialect="duckdb")).fetchall()
+        except duckdb.Error as exc:  # depends on noisy values only; the charge is kept
+            raise PostprocessError(
+                f"post-processing the noisy answer failed ({type(exc).__name__})") from None
 
     rows, accuracy = [], []
     for row in result:
@@ -149,19 +148,17 @@ def check_postprocess(plan: Plan, key_types: list[str]) -> None:
     for cell in plan.cells:
         integer = cell.kind == "stat" and plan.stat(cell.stats[0]).integer
         columns.append(f"{cell.name} {'BIGINT' if integer else 'DOUBLE'}")
-    con = duckdb.connect(":memory:", config={"enable_external_access": False})
-    try:
-        con.execute(f"CREATE TABLE __noisy ({', '.join(columns)})")
-        con.execute("EXPLAIN " + postprocess_query(plan).sql(dialect="duckdb")).fetchall()
-    except duckdb.Error as exc:
-        message = str(exc).splitlines()[0]
-        for key in plan.keys:  # speak the analyst's names, not ours
-            message = message.replace(key.name, key.expr.sql(dialect="duckdb"))
-        raise UnsupportedQueryError(
-            f"the outer part of the query (outputs, HAVING, ORDER BY) is invalid: "
-            f"{message[:300]}") from None
-    finally:
-        con.close()
+    with scratch() as con:
+        try:
+            con.execute(f"CREATE TEMP TABLE __noisy ({', '.join(columns)})")
+            con.execute("EXPLAIN " + postprocess_query(plan).sql(dialect="duckdb")).fetchall()
+        except duckdb.Error as exc:
+            message = str(exc).splitlines()[0]
+            for key in plan.keys:  # speak the analyst's names, not ours
+                message = message.replace(key.name, key.expr.sql(dialect="duckdb"))
+            raise UnsupportedQueryError(
+                f"the outer part of the query (outputs, HAVING, ORDER BY) is invalid: "
+                f"{message[:300]}") from None
 
 
 def _empty_table(plan: Plan) -> pa.Table:

@@ -49,6 +49,16 @@ CASES = [
     ("IN (SELECT ...) over a public table",
      "SELECT COUNT(*) FROM lineitem WHERE l_partkey IN (SELECT p_partkey FROM part "
      "WHERE p_size < 10)", OK),
+    ("scalar functions on keys and in WHERE (CASE, string, date parts)",
+     "SELECT CASE WHEN age < 30 THEN 'young' ELSE 'older' END AS grp, COUNT(*) FROM pums "
+     "WHERE UPPER(CAST(sex AS VARCHAR)) = '1' GROUP BY grp", OK),
+    ("date keys over bounded dates (public: every month of the bounds)",
+     "SELECT date_trunc('month', o_orderdate) AS m, COUNT(*) FROM orders GROUP BY m", OK),
+    ("keys the user determines (one group per user, no max_groups window)",
+     "SELECT n_name, COUNT(*) FROM customer JOIN orders ON c_custkey = o_custkey "
+     "JOIN nation ON c_nationkey = n_nationkey GROUP BY n_name", OK),
+    ("a date column summed as a number", "SELECT SUM(o_orderdate) FROM orders",
+     (dpsql.UnboundedExpressionError, "cannot be aggregated as a number")),
     ("BigQuery's DIFFERENTIAL_PRIVACY OPTIONS",
      "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5) COUNT(*) FROM pums", OK),
     ("SELECT * (raw rows)", "SELECT * FROM pums",

@@ -66,7 +66,8 @@ def derive(subquery: exp.Subquery, catalog: Catalog):
     """Analyses a derived table.
 
     Returns:
-        (the derived table as a catalog table, its bounded SQL, the inner scope).
+        (the derived table as a catalog table, its bounded SQL, the inner scope, and
+        whether it groups by the user key alone, so that it has one row per user).
     """
     from dpsql.analyze.scope import build_scope
 
@@ -135,7 +136,7 @@ def derive(subquery: exp.Subquery, catalog: Catalog):
     table = Table(alias, columns, user_key=user_key, max_groups=1 if per_user else G,
                   max_rows=1 if per_user else R)
     return (table, exp.Subquery(this=out, alias=exp.TableAlias(this=exp.to_identifier(alias))),
-            scope)
+            scope, per_user)
 
 
 def _aggregate(agg: exp.Expression, name: str, scope, R: int) -> tuple[Column, exp.Expression]:

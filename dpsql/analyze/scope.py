@@ -47,6 +47,8 @@ class Source:
     derived: exp.Subquery | None = None
     reads: list[Table] = field(default_factory=list)
     inner: Scope | None = None
+    #: A derived table grouped by the user key alone: one row per user.
+    per_user: bool = False
 
 
 @dataclass
@@ -214,10 +216,11 @@ def _source(node: exp.Expression, catalog: Catalog, kind: str, on) -> Source:
     if isinstance(node, exp.Subquery):
         from dpsql.analyze.derived import derive
 
-        table, sql, inner = derive(node, catalog)
+        table, sql, inner, per_user = derive(node, catalog)
         source = Source(table.name, table, kind, on, derived=sql,
                         reads=[s.table for s in inner.sources if s.derived is None]
-                        + [t for s in inner.sources for t in s.reads], inner=inner)
+                        + [t for s in inner.sources for t in s.reads], inner=inner,
+                        per_user=per_user)
         source.unique = inner.unique
         return source
     if not isinstance(node, exp.Table):
