@@ -379,6 +379,7 @@ class Connection:
                     "key, so it must be a PRIMARY KEY or UNIQUE in the database (dpsql "
                     "checks the database, not the catalog); a duplicated key would attach "
                     "one row to two users")
+        plan.reuse_ctes = backend.supports_materialized_ctes
         return plan, rewrite(plan), backend
 
     def _unique(self, backend: Backend, table: str) -> set[tuple[str, ...]]:

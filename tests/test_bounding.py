@@ -7,6 +7,8 @@ ages, with values far outside the catalog's bounds. The rewritten SQL runs on bo
 
 from __future__ import annotations
 
+import dataclasses
+
 import duckdb
 import pytest
 
@@ -117,3 +119,38 @@ def test_an_unscaled_histogram_breaks_the_bound(neighbours):
                               b.execute(statistics_query(plan))[1][0], strict=True))
                      for b in neighbours)
     assert sum(abs(after[c] - before[c]) for c in stat.columns) > stat.linf
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """pums_dup plus 3,000 rows of people with 1 to 5 ages each, and rows without a pid."""
+    path = tmp_path_factory.mktemp("mixed") / "d.duckdb"
+    load_pums(path)
+    con = duckdb.connect(str(path))
+    con.execute(
+        "INSERT INTO pums_dup SELECT 20 + (i * 7) % 50 AS age, i % 2 AS sex, "
+        "1 + (i * 5) % 16 AS educ, 1 + i % 6 AS race, 1000 * (i % 90) AS income, "
+        "i % 2 AS married, CASE WHEN i % 37 = 0 THEN NULL ELSE 50000 + i // (1 + i % 5) "
+        "END AS pid FROM range(3000) r(i)")
+    con.close()
+    backend = DuckDBBackend(path)
+    yield backend
+    backend.close()
+
+
+@pytest.mark.parametrize("max_groups", [1, 2, 3])
+@pytest.mark.parametrize("sql", [
+    "SELECT age, COUNT(*), SUM(income) FROM pums_dup GROUP BY age",
+    "SELECT educ, sex, AVG(income), COUNT(DISTINCT age) FROM pums_dup GROUP BY educ, sex",
+])
+def test_the_split_l0_step_keeps_what_one_window_keeps(mixed, sql, max_groups):
+    """Users within the bound skip the window (bound_groups); the rows kept are the same."""
+    plan = _demo_plan(sql, max_rows=2, max_groups=max_groups, seed=5)
+    assert plan.bound_groups
+    split = exact(mixed, plan)
+    one_window = exact(mixed, dataclasses.replace(plan, reuse_ctes=False))
+    assert split == one_window
+    assert "__over" in rewrite(plan).sql() and "__over" not in rewrite(
+        dataclasses.replace(plan, reuse_ctes=False)).sql()
+    unbounded = _demo_plan(sql, max_rows=2, max_groups=100, seed=5)
+    assert exact(mixed, unbounded) != split  # some users are over the bound here

@@ -31,7 +31,8 @@ CATALOG = {
 }
 
 # Three people; uid 3 has no row in people (a LEFT JOIN gives them NULLs). Each person
-# visits several regions; uid 1 has visit 1 twice. `labels` repeats region 1 with two labels and is not unique.
+# visits several regions; uid 1 has visit 1 twice. `labels` repeats region 1 with two
+# labels and is not unique.
 SETUP = """
 CREATE TABLE people (uid INTEGER PRIMARY KEY, region INTEGER, score DOUBLE, code VARCHAR);
 INSERT INTO people VALUES (1, 1, 1.0, 'a'), (2, 2, 2.0, 'b');

@@ -32,6 +32,10 @@ class Backend(ABC):
     #: The engine enforces PRIMARY KEY/UNIQUE constraints (needed to join along foreign
     #: keys to the user: see :meth:`unique_columns`).
     supports_unique_constraints: bool = True
+    #: A CTE referenced several times is computed once (DuckDB, PostgreSQL 12+, SQLite
+    #: 3.35+); the L0 step then reads the per-user table three times at no extra cost
+    #: (:mod:`dpsql.rewrite.bound_groups`). Spark inlines CTEs, so it gets one window.
+    supports_materialized_ctes: bool = True
     #: The dialect layer: AST transforms ``(expression, Context) -> expression`` that turn
     #: the rewritten (DuckDB-flavoured) AST into one this engine runs error-free
     #: (:mod:`dpsql.backends.dialects`). Applied in order by :meth:`to_sql`.
@@ -43,13 +47,21 @@ class Backend(ABC):
         Raises:
             BackendError: (not charged) a construct this backend cannot run error-free.
         """
+        # check, execute and the Result each want the SQL of the same rewritten AST,
+        # which is never changed after the rewrite: the last one is kept (by identity)
+        last = getattr(self, "_last_sql", None)
+        if last is not None and last[0] is expression:
+            return last[1]
+        original = expression
         if self.transforms:
             from dpsql.backends import dialects
 
             ctx = dialects.context(expression, self.columns, self.dialect,
                                    **self.dialect_options())
             expression = dialects.apply(expression, self.transforms, ctx)
-        return expression.sql(dialect=self.dialect)
+        sql = expression.sql(dialect=self.dialect)
+        self._last_sql = (original, sql)
+        return sql
 
     def dialect_options(self) -> dict:
         """Facts about the connected engine the transforms need (e.g. its version)."""

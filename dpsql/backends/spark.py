@@ -63,6 +63,7 @@ class SparkBackend(Backend):
     supports_try = False                 # ANSI off plus try_* arithmetic instead
     supports_exact_integer_sums = False  # try_sum: NULL (read as 0) beyond 2^63
     supports_unique_constraints = False
+    supports_materialized_ctes = False   # CTEs are inlined: one window, not three scans
     transforms = dialects.SPARK
 
     def __init__(self, session):
