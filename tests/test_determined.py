@@ -153,3 +153,9 @@ def test_without_the_database_constraint_the_rule_does_not_apply(tmp_path):
     assert plan.max_groups == 3  # the domain has 3 regions: no window needed either
     assert _groups_per_user(backend, expression, plan) == 2
     c.close()
+
+
+def test_explain_says_why_the_noise_is_smaller(conn):
+    text = str(conn.explain(DETERMINED["unique public"], epsilon=1.0, delta=1e-6))
+    assert "max_groups=1" in text and "determined by the user's own row" in text
+    assert "determined" not in str(conn.explain(NOT_DETERMINED["visit region"], epsilon=1.0))

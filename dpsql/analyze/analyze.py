@@ -235,6 +235,10 @@ def analyze(
         rho=rho_total,
         one_row_per_user=bool(one_row),
     )
+    if single_group and keys and not one_row and G > 1:
+        plan.notes.append(
+            "each user falls into one group (the group keys are determined by the user's "
+            f"own row), so the noise is scaled for one group, not max_groups = {G}")
     if selection is not None and any(c.stats == ("__users",) for c in a.cells):
         plan.notes.append(
             "COUNT(DISTINCT) under partition selection is released only above the "
