@@ -30,20 +30,20 @@ _lock = threading.Lock()
 _database: tuple[int, duckdb.DuckDBPyConnection] | None = None
 
 
-def _shared() -> duckdb.DuckDBPyConnection:
+def _cursor() -> duckdb.DuckDBPyConnection:
     global _database
-    with _lock:
+    with _lock:  # the parent connection is shared: one thread at a time opens cursors
         # a child process made by fork() must not use its parent's DuckDB instance
         if _database is None or _database[0] != os.getpid():
             config = {"enable_external_access": False, "threads": 1}
             _database = (os.getpid(), duckdb.connect(":memory:", config=config))
-        return _database[1]
+        return _database[1].cursor()
 
 
 @contextmanager
 def scratch() -> Iterator[duckdb.DuckDBPyConnection]:
     """A fresh connection to the process's private in-memory DuckDB, closed on exit."""
-    con = _shared().cursor()
+    con = _cursor()
     try:
         yield con
     finally:
