@@ -91,26 +91,30 @@ def discrete_laplace(n: int, t: int, s: int = 1) -> np.ndarray:
     if t < 1 or s < 1:
         raise ValueError("t and s must be positive integers")
     out = np.empty(n, dtype=np.int64)
-    pending = np.arange(n)
-    while pending.size:
-        m = pending.size
+    filled = 0
+    while filled < n:
+        # A candidate is kept with probability about (1 − 1/e)·(1 − P(negative zero))
+        # >= 0.6, so drawing 1.7× what is missing (plus a few) usually finishes in one
+        # round: the fixed cost of a round dominates the small vectors of a query. Kept
+        # candidates are i.i.d. draws, so the first ones in index order are too.
+        need = n - filled
+        m = need + (need * 7) // 10 + 16
         u = uniform_below(np.int64(t), m)
         keep = bernoulli_exp(u, t)  # accept U with probability exp(−U/t)
-        u, idx = u[keep], pending[keep]
+        u = u[keep]
         # V ~ Geometric: count successes of Bernoulli(exp(−1)) before the first failure
-        v = np.zeros(idx.size, dtype=np.int64)
-        going = np.arange(idx.size)
+        v = np.zeros(u.size, dtype=np.int64)
+        going = np.arange(u.size)
         while going.size:
             a = bernoulli_exp(np.ones(going.size, dtype=np.int64), 1)
             v[going[a]] += 1
             going = going[a]
         y = (u + t * v) // s
-        b = bernoulli(1, 2, idx.size)
+        b = bernoulli(1, 2, u.size)
         ok = ~(b & (y == 0))  # reject "negative zero" so 0 is not counted twice
-        out[idx[ok]] = np.where(b[ok], -y[ok], y[ok])
-        done = np.zeros(m, dtype=bool)
-        done[np.flatnonzero(keep)[ok]] = True
-        pending = pending[~done]
+        z = np.where(b[ok], -y[ok], y[ok])[:need]
+        out[filled:filled + z.size] = z
+        filled += z.size
     return out
 
 
