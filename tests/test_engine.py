@@ -375,3 +375,16 @@ def test_avg_is_not_biased_by_capping_rows(connect, pums_db):
     for (sex, value), (_, truth) in zip(res.rows, pums_db.execute(sql).fetchall(),
                                         strict=True):
         assert abs(value - truth) / truth < 0.03, (sex, value, truth)
+
+
+def test_an_invalid_outer_query_is_refused_free_every_time(connect):
+    """The pre-charge check of the outer query caches its verdict; the refusal stays."""
+    conn = connect()
+    sql = "SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex ORDER BY sex || 1 + 'x'"
+    for _ in range(3):
+        with pytest.raises(dpsql.UnsupportedQueryError, match="outer part of the query"):
+            conn.execute(sql, epsilon=1.0)
+    assert conn.budget.spent == (0.0, 0.0)
+    ok = "SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex ORDER BY sex"
+    assert [r[0] for r in conn.execute(ok, epsilon=1.0).rows] == [0, 1]
+    assert [r[0] for r in conn.execute(ok, epsilon=1.0).rows] == [0, 1]
