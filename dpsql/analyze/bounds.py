@@ -70,11 +70,25 @@ def bounds(expression: exp.Expression,
     return interval
 
 
+#: Parts of a date or time with a fixed range (EXTRACT's names); YEAR comes from the
+#: date column's catalog bounds instead.
+DATE_PARTS = {"MONTH": (1, 12), "DAY": (1, 31), "QUARTER": (1, 4), "DOW": (0, 6),
+              "DAYOFWEEK": (0, 6), "ISODOW": (1, 7), "DOY": (1, 366),
+              "DAYOFYEAR": (1, 366), "WEEK": (1, 53), "HOUR": (0, 23),
+              "MINUTE": (0, 59), "SECOND": (0, 59)}
+#: Functions that are EXTRACT of one part.
+PART_FUNCTIONS = {exp.Year: "YEAR", exp.Month: "MONTH", exp.Day: "DAY",
+                  exp.DayOfMonth: "DAY", exp.Quarter: "QUARTER", exp.DayOfWeek: "DOW",
+                  exp.DayOfYear: "DOY", exp.Week: "WEEK", exp.WeekOfYear: "WEEK"}
+
+
 class _Bounds:
     def __init__(self, columns):
         self.lookup = columns if callable(columns) else (lambda c: columns[c.name.lower()])
 
     def visit(self, e: exp.Expression) -> Interval:
+        if type(e) in PART_FUNCTIONS:  # YEAR(d), MONTH(d), ...: EXTRACT's rules
+            return self._part(PART_FUNCTIONS[type(e)], e.this)
         method = getattr(self, "_" + type(e).__name__, None)
         if method is None:
             raise UnboundedExpressionError(
@@ -282,12 +296,8 @@ class _Bounds:
     # Parts of dates: fixed ranges, and the year from the column's date bounds.
 
     def _part(self, part: str, arg: exp.Expression) -> Interval:
-        fixed = {"MONTH": (1, 12), "DAY": (1, 31), "QUARTER": (1, 4), "DOW": (0, 6),
-                 "DAYOFWEEK": (0, 6), "ISODOW": (1, 7), "DOY": (1, 366),
-                 "DAYOFYEAR": (1, 366), "WEEK": (1, 53), "HOUR": (0, 23),
-                 "MINUTE": (0, 59), "SECOND": (0, 59)}
-        if part in fixed:
-            return Interval(*fixed[part], True)
+        if part in DATE_PARTS:
+            return Interval(*DATE_PARTS[part], True)
         if part == "YEAR":
             low, high = self._dates(arg)
             return Interval(low.year, high.year, True)
@@ -307,28 +317,3 @@ class _Bounds:
 
     def _Extract(self, e: exp.Extract) -> Interval:
         return self._part(e.this.name.upper(), e.expression)
-
-    def _Year(self, e: exp.Year) -> Interval:
-        return self._part("YEAR", e.this)
-
-    def _Month(self, e: exp.Month) -> Interval:
-        return self._part("MONTH", e.this)
-
-    def _Day(self, e: exp.Day) -> Interval:
-        return self._part("DAY", e.this)
-
-    _DayOfMonth = _Day
-
-    def _Quarter(self, e: exp.Quarter) -> Interval:
-        return self._part("QUARTER", e.this)
-
-    def _DayOfWeek(self, e: exp.DayOfWeek) -> Interval:
-        return self._part("DOW", e.this)
-
-    def _DayOfYear(self, e: exp.DayOfYear) -> Interval:
-        return self._part("DOY", e.this)
-
-    def _Week(self, e: exp.Week) -> Interval:
-        return self._part("WEEK", e.this)
-
-    _WeekOfYear = _Week

@@ -44,6 +44,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql.analyze.bounds import DATE_PARTS, PART_FUNCTIONS
 from dpsql.catalog import Column
 from dpsql.scratch import scratch
 
@@ -51,14 +52,6 @@ from dpsql.scratch import scratch
 MAX_INPUTS = 100_000
 #: Largest image kept as a domain (beyond it, partition selection is cheaper).
 MAX_VALUES = 10_000
-
-_FIXED_PARTS = {exp.Month: (1, 12), exp.Quarter: (1, 4), exp.DayOfWeek: (0, 6),
-                exp.Day: (1, 31), exp.DayOfMonth: (1, 31), exp.DayOfYear: (1, 366),
-                exp.Week: (1, 53), exp.WeekOfYear: (1, 53)}
-_FIXED_EXTRACT = {"MONTH": (1, 12), "QUARTER": (1, 4), "DOW": (0, 6), "ISODOW": (1, 7),
-                  "DAY": (1, 31), "DOY": (1, 366), "WEEK": (1, 53), "HOUR": (0, 23),
-                  "MINUTE": (0, 59)}
-
 
 def domain(expr: exp.Expression, lookup: Callable[[exp.Column], Column]) -> tuple | None:
     """The public domain of a group key, or None when it must come from the data."""
@@ -117,12 +110,10 @@ def _number(text: str) -> int | float:
 
 
 def _fixed_part(expr: exp.Expression) -> tuple[int, int] | None:
-    for kind, span in _FIXED_PARTS.items():
-        if type(expr) is kind:
-            return span
+    part = PART_FUNCTIONS.get(type(expr))
     if isinstance(expr, exp.Extract):
-        return _FIXED_EXTRACT.get(expr.this.name.upper())
-    return None
+        part = expr.this.name.upper()
+    return DATE_PARTS.get(part) if part else None
 
 
 def _nullable(expr: exp.Expression, lookup) -> bool:
