@@ -49,7 +49,7 @@ def guard_errors(expression: exp.Select, plan: Plan) -> exp.Select:
       TRY(TRY_CAST(educ AS INT) / NULLIF(age, 0) > 1)
     """
     columns = plan.scope.column_type
-    expression = expression.transform(_cast_and_divide)
+    expression = expression.transform(_cast_and_divide, copy=False)  # a fresh tree
 
     def guard(e: exp.Expression) -> exp.Expression:
         try:
