@@ -2,17 +2,17 @@
 
 Free under DP's post-processing property: everything here reads only noisy values and
 released keys. The analyst's outer expressions, HAVING, ORDER BY and LIMIT run in a
-private in-memory DuckDB over the small table of released groups (:mod:`dpsql.scratch`),
-so their SQL semantics are DuckDB's own. Error bars are derived alongside in Python by interval
-arithmetic: for an output that depends on ``m`` noisy statistics, each statistic's
-interval is taken at level ``α/m``, so by the union bound the output's interval holds
-with probability at least ``1 − α``.
+private in-memory DuckDB (:mod:`dpsql.scratch`) over the small table of released
+groups, so their SQL semantics are DuckDB's own. Error bars are derived alongside in
+Python by interval arithmetic: for an output that depends on ``m`` noisy statistics,
+each statistic's interval is taken at level ``α/m``, so by the union bound the
+output's interval holds with probability at least ``1 − α``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-import threading
 from dataclasses import dataclass
 
 import duckdb
@@ -153,18 +153,7 @@ def check_postprocess(plan: Plan, key_types: list[str]) -> None:
     for cell in plan.cells:
         integer = cell.kind == "stat" and plan.stat(cell.stats[0]).integer
         columns.append(f"{cell.name} {'BIGINT' if integer else 'DOUBLE'}")
-    sql = postprocess_query(plan).sql(dialect="duckdb")
-    # the verdict depends on these two strings alone: repeated query shapes reuse it
-    key = (tuple(columns), sql)
-    with _checked_lock:
-        known = key in _checked
-        message = _checked.get(key)
-    if not known:
-        message = _bind(columns, sql)
-        with _checked_lock:
-            _checked[key] = message
-            while len(_checked) > 512:
-                _checked.pop(next(iter(_checked)))
+    message = _bind(tuple(columns), postprocess_query(plan).sql(dialect="duckdb"))
     if message is not None:
         for k in plan.keys:  # speak the analyst's names, not ours
             message = message.replace(k.name, k.expr.sql(dialect="duckdb"))
@@ -173,11 +162,9 @@ def check_postprocess(plan: Plan, key_types: list[str]) -> None:
             f"{message[:300]}")
 
 
-_checked: dict[tuple, str | None] = {}
-_checked_lock = threading.Lock()
-
-
-def _bind(columns: list[str], sql: str) -> str | None:
+# the verdict depends on the two arguments alone: repeated query shapes reuse it
+@functools.lru_cache(maxsize=512)
+def _bind(columns: tuple[str, ...], sql: str) -> str | None:
     """DuckDB's first error line for the outer query over an empty table, or None."""
     with scratch() as con:
         try:

@@ -158,9 +158,10 @@ def analyze(
             f"the limit is {MAX_DOMAIN_CELLS}"
         )
     # every key a function of the user (see determined.py): one group per user
-    single_group = bool(one_row) or (bool(keys) and all(
-        key_is_determined(k.expr, scope, found)
-        for found in [determined_columns(scope, where, unique)] for k in keys))
+    single_group = bool(one_row)
+    if keys and not one_row:
+        found = determined_columns(scope, where, unique)
+        single_group = all(key_is_determined(k.expr, scope, found) for k in keys)
     if not keys or single_group:
         G_eff, bound = 1, False
     elif public:

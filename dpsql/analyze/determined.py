@@ -52,7 +52,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from dpsql.analyze.scope import Scope, Source
+from dpsql.analyze.scope import Scope, Source, column_equalities
 from dpsql.errors import DpsqlError
 
 #: Types whose equal values are identical, so equality passes determination on.
@@ -120,15 +120,11 @@ def _ref(col: exp.Column, scope: Scope) -> tuple[str, str]:
 def _equalities(cond: exp.Expression, scope: Scope) -> list[tuple]:
     """``a = b`` conjuncts between two columns of one exact type."""
     out = []
-    for conj in cond.flatten() if isinstance(cond, exp.And) else [cond]:
-        conj = conj.unnest()
-        if not (isinstance(conj, exp.EQ) and isinstance(conj.this, exp.Column)
-                and isinstance(conj.expression, exp.Column)):
-            continue
+    for a, b in column_equalities(cond):
         try:
-            types = {scope.column_type(conj.this), scope.column_type(conj.expression)}
+            types = {scope.column_type(a), scope.column_type(b)}
         except (KeyError, DpsqlError):  # not a column of the query: no conclusion
             continue
         if len(types) == 1 and types <= set(_EXACT_TYPES):
-            out.append((_ref(conj.this, scope), _ref(conj.expression, scope)))
+            out.append((_ref(a, scope), _ref(b, scope)))
     return out

@@ -308,7 +308,7 @@ def _attach_users(scope: Scope, catalog: Catalog) -> None:
 
     via_path: dict[str, Source] = {}
     for s in scope.sources[1:]:
-        for eq in _equalities(s.on):
+        for eq in column_equalities(s.on):
             a, b = (scope.source(c.table) for c in eq)
             if a.table.public or b.table.public or a is b:
                 continue
@@ -387,7 +387,7 @@ def _needs(h: Source, s: Source, hidden: list[Source]) -> bool:
     return parent is not None and _needs(parent, s, hidden)
 
 
-def _equalities(on: exp.Expression) -> list[tuple[exp.Column, exp.Column]]:
+def column_equalities(on: exp.Expression) -> list[tuple[exp.Column, exp.Column]]:
     """Column = column equalities among the top-level conjuncts of a join condition."""
     out = []
     for conj in on.flatten() if isinstance(on, exp.And) else [on]:

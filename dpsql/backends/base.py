@@ -40,6 +40,8 @@ class Backend(ABC):
     #: the rewritten (DuckDB-flavoured) AST into one this engine runs error-free
     #: (:mod:`dpsql.backends.dialects`). Applied in order by :meth:`to_sql`.
     transforms: tuple = ()
+    #: The last (rewritten AST, its SQL) that :meth:`to_sql` produced.
+    _last_sql: tuple | None = None
 
     def to_sql(self, expression: exp.Expression) -> str:
         """Transpiles a rewritten AST to this backend's SQL (dialect transforms, then sqlglot).
@@ -49,7 +51,7 @@ class Backend(ABC):
         """
         # check, execute and the Result each want the SQL of the same rewritten AST,
         # which is never changed after the rewrite: the last one is kept (by identity)
-        last = getattr(self, "_last_sql", None)
+        last = self._last_sql
         if last is not None and last[0] is expression:
             return last[1]
         original = expression
