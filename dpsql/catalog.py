@@ -3,6 +3,8 @@
 A catalog is YAML (or the equivalent dict)::
 
     dataset: pums                 # optional name of the data set
+    ledger: pums.ledger.sqlite    # optional: the only ledger (relative to this file)
+    analyst: alice                # optional: the only analyst identity
     tables:
       pums:
         user_key: pid             # or `row_privacy: true`, or `public: true`
@@ -40,12 +42,13 @@ from typing import Any
 import yaml
 
 from dpsql.errors import CatalogError
+from dpsql.text import is_plain
 
 #: Column types the catalog accepts.
 TYPES = ("int", "float", "string", "bool", "date", "timestamp")
 NUMERIC_TYPES = ("int", "float")
 
-_TOP_KEYS = {"dataset", "tables", "budget", "description"}
+_TOP_KEYS = {"dataset", "tables", "budget", "description", "ledger", "analyst"}
 _TABLE_KEYS = {
     "user_key",
     "row_privacy",
@@ -124,6 +127,11 @@ class Catalog:
     budget: tuple[float, float] | None = None
     analyst_budgets: dict[str, tuple[float, float]] = field(default_factory=dict)
     source: str = field(default="<dict>", compare=False)
+    #: The owner's pin of the ledger file (an absolute path): every connection with this
+    #: catalog is charged there and a connection asking for another ledger is refused.
+    ledger: str | None = None
+    #: The owner's pin of the analyst identity every connection is charged as.
+    analyst: str | None = None
 
     def table(self, name: str) -> Table:
         """Returns the table named ``name`` (case-insensitive); KeyError if absent."""
@@ -181,7 +189,39 @@ def _build(doc: Mapping[str, Any], origin: str) -> Catalog:
         for name, value in adoc.items():
             analysts[str(name)] = _budget(value, f"catalog budget of analyst {name!r}",
                                           {"epsilon", "delta"})
-    return Catalog(tables, str(doc.get("dataset", "default")), budget, analysts, origin)
+    return Catalog(tables, str(doc.get("dataset", "default")), budget, analysts, origin,
+                   ledger=_ledger_pin(doc.get("ledger"), origin),
+                   analyst=_analyst_pin(doc.get("analyst")))
+
+
+def _ledger_pin(value: Any, origin: str) -> str | None:
+    """The catalog's ``ledger:`` as an absolute path (relative: to the catalog's folder)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise CatalogError(f"catalog: ledger must be a file path, got {value!r}")
+    if value == ":memory:":
+        # a pinned ledger exists to make spending outlive the connection
+        raise CatalogError("catalog: ledger cannot be ':memory:'; pin a file path")
+    path = Path(value)
+    if not path.is_absolute():
+        if origin == "<dict>":
+            raise CatalogError(
+                f"catalog: ledger {value!r} is relative, and a catalog given as a dict has "
+                "no folder to resolve it against; give an absolute path")
+        path = Path(origin).parent / path
+    return str(path.resolve())
+
+
+def _analyst_pin(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or value == "*" \
+            or not is_plain(value):
+        raise CatalogError(
+            "catalog: analyst must be a name of printable characters ('*' is reserved), "
+            f"got {value!r}")
+    return value
 
 
 def _budget(bdoc: Any, where: str, keys: set[str]) -> tuple[float, float]:
