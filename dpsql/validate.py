@@ -16,9 +16,12 @@ dpsql.errors.UnsupportedQueryError: table function READ_CSV is not allowed: ...
 
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedQueryError
+from dpsql.limits import DEFAULT, Limits
 
 #: Aggregate functions this version answers.
 AGGREGATES: tuple[type[exp.Expression], ...] = (
@@ -58,13 +61,40 @@ SYNTAX: tuple[type[exp.Expression], ...] = (
 _ALLOWED = AGGREGATES + SCALAR_FUNCTIONS + SYNTAX
 
 #: Ceiling on the number of nodes of one query (deeply nested or huge inputs).
-MAX_NODES = 5_000
+MAX_NODES = DEFAULT.max_nodes
 #: Ceiling on the depth of one query's expression tree.
-MAX_DEPTH = 100
+MAX_DEPTH = DEFAULT.max_depth
+
+_T = exp.DataType.Type
+#: The only type names a CAST may name: scalars whose text sqlglot writes itself. A type
+#: sqlglot does not know is kept as raw text (USERDEFINED) and written back verbatim,
+#: so it could carry SQL of its own; nested types (LIST, STRUCT, MAP) are no group keys.
+TYPES = frozenset({
+    _T.TINYINT, _T.SMALLINT, _T.INT, _T.BIGINT, _T.INT128, _T.UTINYINT, _T.USMALLINT,
+    _T.UINT, _T.UBIGINT, _T.FLOAT, _T.DOUBLE, _T.DECIMAL, _T.TEXT, _T.VARCHAR, _T.CHAR,
+    _T.BOOLEAN, _T.DATE, _T.TIMESTAMP, _T.TIMESTAMPNTZ,
+})
+#: Date and time parts (EXTRACT, DATE_TRUNC, INTERVAL units): sqlglot keeps a part as a
+#: bare keyword and writes it back verbatim, so only these names are let through.
+DATE_PARTS = frozenset({
+    "YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "DOW", "ISODOW", "DOY", "DAYOFWEEK",
+    "DAYOFYEAR", "HOUR", "MINUTE", "SECOND",
+})
+#: Names of tables, aliases and columns that need no quoting anywhere.
+SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+#: Text a backend would rewrite after dpsql checked it (Spark's ``${...}`` variable
+#: substitution) and characters no name or literal needs.
+_REWRITTEN = re.compile(r"\$\{|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e"
+                        r"\u2066-\u2069\ufeff]")
 
 
-def validate(expression: exp.Expression) -> exp.Expression:
-    """Returns ``expression`` unchanged if every node is allowed; raises otherwise.
+def validate(expression: exp.Expression, limits: Limits = DEFAULT) -> exp.Expression:
+    """Returns ``expression`` (comments dropped) if every node is allowed; raises otherwise.
+
+    Besides node types and functions, the payloads sqlglot would write back verbatim are
+    checked here: type names come from :data:`TYPES`, date parts from
+    :data:`DATE_PARTS`, aliases are plain names, literals are bounded in length and carry
+    no text a backend would rewrite. Comments are dropped: they never reach a backend.
 
     Raises:
         UnsupportedQueryError: names the first construct outside the allow-list.
@@ -77,15 +107,84 @@ def validate(expression: exp.Expression) -> exp.Expression:
         raise UnsupportedQueryError(
             f"{what} is not allowed: only a single SELECT can be answered"
         )
+    for count, node in enumerate(expression.walk(), start=1):
+        if count > limits.max_nodes:
+            raise UnsupportedQueryError(
+                f"query has more than {limits.max_nodes} syntax nodes (limit max_nodes)")
+        if node.depth > limits.max_depth:
+            raise UnsupportedQueryError(
+                f"query is nested deeper than {limits.max_depth} levels (limit max_depth)")
     for table in expression.find_all(exp.Table):
         _check_table(table)
-    for count, node in enumerate(expression.walk(), start=1):
-        if count > MAX_NODES:
-            raise UnsupportedQueryError(f"query has more than {MAX_NODES} syntax nodes")
-        if node.depth > MAX_DEPTH:
-            raise UnsupportedQueryError(f"query is nested deeper than {MAX_DEPTH} levels")
+    for node in expression.walk():
+        node.pop_comments()
         _check_node(node, expression)
+        _check_payload(node, expression, limits)
     return expression
+
+
+def _check_payload(node: exp.Expression, root: exp.Select, limits: Limits) -> None:
+    """Refuses payloads that sqlglot would write back as raw text (see :func:`validate`)."""
+    if isinstance(node, exp.DataType):
+        if node.this not in TYPES or node.args.get("nested"):
+            raise UnsupportedQueryError(
+                f"type {_short(node.sql(dialect='duckdb'))!r} is not supported; use one of "
+                "TINYINT, SMALLINT, INTEGER, BIGINT, HUGEINT, DOUBLE, DECIMAL(p, s), "
+                "VARCHAR, BOOLEAN, DATE, TIMESTAMP")
+        params = node.expressions
+        if len(params) > 2 or not all(
+                isinstance(p, exp.DataTypeParam) and isinstance(p.this, exp.Literal)
+                and p.this.is_int and 0 <= int(p.this.this) <= 38 for p in params) or (
+                params and node.this not in (_T.DECIMAL, _T.VARCHAR, _T.CHAR)):
+            raise UnsupportedQueryError(
+                f"type parameters of {_short(node.sql(dialect='duckdb'))!r} must be whole "
+                "numbers from 0 to 38 (DECIMAL(p, s))")
+    elif isinstance(node, exp.DataTypeParam):
+        if not isinstance(node.parent, exp.DataType):
+            raise UnsupportedQueryError("type parameters are allowed only in a type")
+    elif isinstance(node, exp.Var):
+        if node.name.upper() not in DATE_PARTS:
+            raise UnsupportedQueryError(
+                f"date part {_short(node.name)!r} is not supported; use one of "
+                f"{', '.join(sorted(DATE_PARTS))}")
+    elif isinstance(node, exp.Literal):
+        text = node.this
+        if not isinstance(text, str) or len(text) > limits.max_literal_length:
+            raise UnsupportedQueryError(
+                f"a literal is {len(str(text))} characters long; the limit is "
+                f"{limits.max_literal_length} (max_literal_length)")
+        if _REWRITTEN.search(text):
+            raise UnsupportedQueryError(
+                "literals may not contain '${' (a backend would substitute it) or control "
+                "characters")
+        if not node.is_string and not _NUMBER.fullmatch(text):
+            raise UnsupportedQueryError(f"number literal {_short(text)!r} is not a number")
+    elif isinstance(node, exp.Identifier):
+        name = node.this
+        if not isinstance(name, str) or len(name) > 128 or _REWRITTEN.search(name):
+            raise UnsupportedQueryError(
+                f"name {_short(str(name))!r} is not allowed: names are at most 128 "
+                "characters, without control characters or '${'")
+        output_alias = (isinstance(node.parent, exp.Alias) and node.parent.parent is root
+                        and node.arg_key == "alias")
+        # a table or column reference must name a catalog object or an alias (checked
+        # here) to get anywhere: analysis refuses any other name
+        reference = isinstance(node.parent, exp.Table | exp.Column) and node.arg_key in (
+            "this", "table")
+        if not (output_alias or reference) and not SAFE_NAME.fullmatch(name):
+            raise UnsupportedQueryError(
+                f"name {_short(name)!r} is not allowed: table, alias and column names "
+                "are letters, digits and underscores (only output column aliases may "
+                "be other quoted text)")
+
+
+_NUMBER = re.compile(r"[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-]?[0-9]+)?")
+
+
+def _short(text: str, n: int = 40) -> str:
+    """Names user text in a message without echoing long or hostile input."""
+    text = _REWRITTEN.sub("?", text)
+    return text if len(text) <= n else text[:n] + "..."
 
 
 def _check_table(node: exp.Table) -> None:

@@ -442,7 +442,7 @@ INJECTION = [
     R("SELECT \u0421OUNT(*) FROM pums", U, "not supported"),            # Cyrillic С
     R("SELECT COUNT(*) FROM pu\u200bms", T, "unknown table"),          # zero-width space
     R('SELECT COUNT(*) FROM "pums\u200b"', T, "unknown table"),
-    R("SELECT COUNT(*) FROM pums\ufeff", T, "unknown table"),          # BOM
+    R("SELECT COUNT(*) FROM pums\ufeff", U, "control characters"),     # BOM
     R('SELECT COUNT(*) FROM pums WHERE "a\u200dge" > 1', C, "unknown column"),  # ZWJ
     R("SELECT COUNT(*) FROM \uff50\uff55\uff4d\uff53", T, "unknown table"),  # fullwidth
     R("SELECT COUNT(*) FROM pums WHERE \uff41\uff47\uff45 > 1", C, "unknown column"),
@@ -550,7 +550,7 @@ RESOURCE = [
       "nested"),
     R("SELECT SUM(" + "-" * 5_000 + "age) FROM pums", (U, P), None),
     R("SELECT " + ", ".join(["COUNT(*)"] * 6_000) + " FROM pums", U, "nodes"),
-    R("SELECT COUNT(*) FROM " + "p" * 90_000, T, "unknown table"),
+    R("SELECT COUNT(*) FROM " + "p" * 90_000, U, "at most 128 characters"),
     R("SELECT COUNT(*) FROM pums WHERE age = " + "9" * 5_000, (BackendError, U, P), None,
       id="5000-digit-literal",
       finding="a literal DuckDB cannot represent passes the pre-charge check (DESCRIBE does "
