@@ -55,7 +55,7 @@ _COMPATIBLE = {
 
 def connect(
     database: Any,
-    catalog: str | Path | dict | Catalog,
+    catalog: str | Path | dict | Catalog | None = None,
     budget: tuple[float, float] | None = None,
     *,
     ledger: str | Path | Ledger | None = None,
@@ -68,14 +68,21 @@ def connect(
     Args:
         database: a DuckDB file path (opened read-only), ``":memory:"``, or an open
             ``duckdb.DuckDBPyConnection``.
-        catalog: a catalog YAML path, a dict, or a loaded :class:`~dpsql.catalog.Catalog`.
+        catalog: a catalog YAML path, a dict, or a loaded :class:`~dpsql.catalog.Catalog`;
+            None only when the owner pinned one (``DPSQL_CATALOG``), which is then the
+            only one accepted.
         budget: an (epsilon, delta) cap on what this connection may spend. When the data
-            owner has set no budget for the data set (in the catalog or the ledger), the
-            first connection's ``budget`` becomes the data set's total in the ledger.
+            owner has set no budget for the data set (in the catalog or the ledger) and
+            the ledger is not pinned, the first connection's ``budget`` becomes the data
+            set's total in the ledger.
         ledger: the ledger file that persists spending (default: beside the database
             file, ``<database>.ledger.sqlite``); ``":memory:"`` for a budget that lives
-            only as long as this connection, or a :class:`~dpsql.ledger.Ledger`.
-        analyst: whose per-analyst budget applies (default: the OS user name).
+            only as long as this connection, or a :class:`~dpsql.ledger.Ledger`. When the
+            owner pinned the ledger (the catalog's ``ledger:``, or ``DPSQL_LEDGER``),
+            leave it unset: any other ledger, ``":memory:"`` included, is refused.
+        analyst: whose per-analyst budget applies (default: the OS user name); when the
+            owner pinned it (the catalog's ``analyst:``, or ``DPSQL_ANALYST``), leave it
+            unset: any other name is refused.
         alpha: error bars are ``1 − alpha`` confidence intervals (default 95%).
         mechanism: default noise, ``"laplace"`` (ε-DP per statistic) or ``"gaussian"``
             (zCDP; cheaper for queries with many aggregates; needs δ > 0).
@@ -83,7 +90,9 @@ def connect(
     Raises:
         CatalogError: the catalog is malformed.
         BackendError: the database cannot be opened.
-        LedgerError: the ledger cannot be opened, or is not a dpsql ledger.
+        LedgerError: the ledger cannot be opened, or is not a dpsql ledger; or the
+            connection asks for another catalog, ledger or analyst than the owner pinned
+            (see :mod:`dpsql.ledger`), refused before anything is opened.
         PrivacyParameterError: no budget anywhere, or an invalid one.
     """
     return Connection(database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha,
@@ -117,10 +126,22 @@ class Connection:
     The backend connection is private to this object and never handed out.
     """
 
-    def __init__(self, database: Any, catalog: Any, budget=None, *, ledger=None,
+    def __init__(self, database: Any, catalog: Any = None, budget=None, *, ledger=None,
                  analyst: str | None = None, alpha: float = 0.05,
                  mechanism: str = "laplace"):
+        from dpsql.ledger import apply_pins, check_analyst, pinned_catalog, pins
+
+        # The owner's pins come first: a connection that asks for another catalog,
+        # ledger or analyst is refused before a ledger or a database is opened (a fresh
+        # ledger would be a fresh budget).
+        catalog = pinned_catalog(catalog)
+        if catalog is None:
+            raise CatalogError("no catalog: pass catalog=PATH (a YAML file), a dict or a "
+                               "Catalog")
         self._catalog = load_catalog(catalog)
+        pinned = pins(self._catalog)
+        ledger, analyst = apply_pins(pinned, ledger, analyst)
+        self._ledger_pinned = pinned.ledger is not None
         if budget is not None and not (isinstance(budget, tuple | list) and len(budget) == 2):
             raise PrivacyParameterError(f"budget must be an (epsilon, delta) pair, got {budget!r}")
         if not 0 < alpha < 1:
@@ -131,14 +152,21 @@ class Connection:
         self._alpha = alpha
         self._mechanism = mechanism
         self._analyst = analyst or _os_user()
+        check_analyst(self._analyst)
         self._dataset = self._catalog.dataset
         self._owns_ledger = not isinstance(ledger, Ledger)
         if self._owns_ledger:
             ledger = Ledger(default_ledger_path(database) if ledger is None else ledger)
         self._ledger = ledger
-        self._seed_budgets(budget)
-        self._cap = None if budget is None else ((float(budget[0]), float(budget[1])), [])
-        self._backend: Backend | None = open_backend(database)
+        try:
+            self._seed_budgets(budget)
+            self._cap = None if budget is None else ((float(budget[0]), float(budget[1])),
+                                                     [])
+            self._backend: Backend | None = open_backend(database)
+        except BaseException:
+            if self._owns_ledger:  # a refused connection leaves no ledger file open
+                ledger.close()
+            raise
         self._schemas_ok: set[str] = set()
         self._unique_cache: dict[str, set[tuple[str, ...]]] = {}
 
@@ -149,6 +177,13 @@ class Connection:
         for name, total in cat.analyst_budgets.items():
             self._ledger.ensure_budget(self._dataset, total, name, "catalog")
         if not any(a == ALL for _, a, *_ in self._ledger.budgets(self._dataset)):
+            if self._ledger_pinned:
+                # under a pin only the owner sets a total: a connection's budget= that
+                # seeded one would let an analyst choose their own budget
+                raise PrivacyParameterError(
+                    f"no privacy budget for data set {self._dataset!r} in the pinned "
+                    "ledger: the data owner sets it ('budget:' in the catalog, or dpsql "
+                    "budget set); a connection's budget= is only a cap")
             if budget is None:
                 raise PrivacyParameterError(
                     f"no privacy budget for data set {self._dataset!r}: declare "
@@ -365,6 +400,11 @@ class Connection:
         backend = self._backend
         if backend is None:
             raise DpsqlError("connection is closed")
+        if backend.catalog_tables is None:  # what the output check lets the SQL read
+            cat = self._catalog
+            backend.catalog_tables = frozenset(cat.tables)
+            backend.catalog_names = frozenset(
+                [*cat.tables, *(c for t in cat.tables.values() for c in t.columns)])
         select = validate(parse(sql))
         plan = analyze(select, self._catalog, epsilon, delta, max_groups, max_rows,
                        mechanism=mechanism or self._mechanism,

@@ -18,6 +18,18 @@ Whoever can write the ledger file can change budgets: the file's permissions are
 data owner's control. Analysts' processes need write access to record charges, so
 deploy dpsql behind a service account when analysts must not edit the file directly.
 
+**Pins.** A connection names its ledger and analyst (``connect(..., ledger=...,
+analyst=...)``, or a SQLAlchemy URL's ``?ledger=...&analyst=...``); a fresh ledger is a
+fresh budget. When analysts can choose those arguments, the owner pins them, either in
+the catalog (``ledger: PATH``, relative to the catalog file, and ``analyst: NAME``) or
+in the environment the service process starts with (:data:`LEDGER_ENV`,
+:data:`ANALYST_ENV`, and :data:`CATALOG_ENV`, which pins the catalog itself). The
+environment wins over the catalog. Under a pin, a connection that names another ledger
+(``":memory:"`` included), another analyst or another catalog is refused with a
+:class:`~dpsql.errors.LedgerError` before anything is opened; one that names none gets
+the pinned one; and a connection's ``budget=`` is only a cap, never the data set's
+total (only the owner sets that: the catalog's ``budget:`` or ``dpsql budget set``).
+
 >>> led = Ledger(":memory:")
 >>> led.ensure_budget("pums", (1.0, 1e-6))
 >>> led.charge("pums", "alice", Cost(0.25), "SELECT COUNT(*) FROM pums")
@@ -28,17 +40,28 @@ deploy dpsql behind a service account when analysts must not edit the file direc
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from dpsql.accounting import Accounting, Cost, Spent, spent
 from dpsql.errors import BudgetExhaustedError, LedgerError, PrivacyParameterError
+from dpsql.text import is_plain
 
 FORMAT = "dpsql-ledger"
 VERSION = "1"
 ALL = "*"  # analyst key of a data set's total budget
+
+#: Environment variable of the service process: the only ledger file (absolute path).
+LEDGER_ENV = "DPSQL_LEDGER"
+#: Environment variable of the service process: the only analyst identity.
+ANALYST_ENV = "DPSQL_ANALYST"
+#: Environment variable of the service process: the only catalog file (absolute path).
+CATALOG_ENV = "DPSQL_CATALOG"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -225,13 +248,15 @@ class Ledger:
                         break
             if reason is not None:
                 db.execute("INSERT INTO refusals VALUES (NULL, ?, ?, ?, ?, ?)",
-                           (_now(), dataset, analyst, sql, "BudgetExhaustedError: " + reason))
+                           (_now(), dataset, analyst, _storable(sql),
+                            "BudgetExhaustedError: " + reason))
                 refusal = BudgetExhaustedError(reason)
             else:
                 rho, rho_delta = cost.zcdp
                 cur = db.execute(
                     "INSERT INTO charges VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, 'charged', NULL)",
-                    (_now(), dataset, analyst, cost.epsilon, cost.delta, rho, rho_delta, sql))
+                    (_now(), dataset, analyst, cost.epsilon, cost.delta, rho, rho_delta,
+                     _storable(sql)))
                 if cap is not None:
                     cap[1].append(cost)
                 return cur.lastrowid
@@ -242,14 +267,15 @@ class Ledger:
         assert outcome in ("answered", "failed")
         with self._tx() as db:
             db.execute("UPDATE charges SET outcome = ?, detail = ? WHERE id = ?",
-                       (outcome, detail, charge_id))
+                       (outcome, None if detail is None else _storable(detail), charge_id))
 
     def refuse(self, dataset: str, analyst: str, sql: str, detail: str) -> None:
         """Logs a query refused before any data was read (it costs nothing)."""
         with self._tx() as db:
             db.execute("INSERT INTO refusals VALUES (NULL, ?, ?, ?, ?, ?)",
-                       (_now(), dataset, analyst, sql if isinstance(sql, str) else repr(sql),
-                        detail))
+                       (_now(), dataset, analyst,
+                        _storable(sql if isinstance(sql, str) else repr(sql)),
+                        _storable(detail)))
 
     # -- reading ----------------------------------------------------------------------
 
@@ -328,6 +354,138 @@ class BudgetView:
         (se, sd), (re_, rd) = self.spent, self.remaining
         return (f"Budget(dataset={self.dataset!r}, analyst={self.analyst!r}, "
                 f"spent=({se:g}, {sd:g}), remaining=({re_:g}, {rd:g}))")
+
+
+# -- pins: the owner, not the connection, chooses the ledger and the analyst ------------
+
+
+@dataclass(frozen=True)
+class Pins:
+    """What a connection was pinned to, and by whom.
+
+    Attributes:
+        ledger: the pinned ledger file (absolute path), or None.
+        analyst: the pinned analyst name, or None.
+        ledger_source, analyst_source: where each pin came from (for messages).
+    """
+
+    ledger: str | None = None
+    analyst: str | None = None
+    ledger_source: str = ""
+    analyst_source: str = ""
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value if value else None  # set but empty: not pinned, as shells treat it
+
+
+def _env_path(name: str) -> str:
+    value = _env(name)
+    if value == ":memory:" or not Path(value).is_absolute():
+        # fail closed: a misconfigured pin must not silently become no pin
+        raise LedgerError(f"{name} must be an absolute file path, got {value!r}")
+    return str(Path(value).resolve())
+
+
+def _same_file(given: str | Path, pinned: str) -> bool:
+    if str(given) == ":memory:":
+        return False
+    a, b = Path(given).resolve(), Path(pinned)
+    if a == b:
+        return True
+    try:
+        return os.path.samefile(a, b)  # a hard link, or a case-insensitive file system
+    except OSError:
+        return False
+
+
+def pinned_catalog(catalog: Any) -> Any:
+    """The catalog a connection may use: the argument, unless the owner pinned one.
+
+    With :data:`CATALOG_ENV` set, ``catalog`` must be None (use the pin) or a path to
+    the pinned file; a dict or a :class:`~dpsql.catalog.Catalog` object is refused too,
+    because a catalog states the bounds and privacy units that DP rests on.
+
+    Raises:
+        LedgerError: the argument names another catalog, or the pin is malformed.
+    """
+    if _env(CATALOG_ENV) is None:
+        return catalog
+    pin = _env_path(CATALOG_ENV)
+    if catalog is None or (isinstance(catalog, str | Path) and _same_file(catalog, pin)):
+        return pin
+    shown = catalog if isinstance(catalog, str | Path) else type(catalog).__name__
+    raise LedgerError(
+        f"catalog={str(shown)!r} is refused: the data owner pinned the catalog "
+        f"({CATALOG_ENV}); leave catalog unset")
+
+
+def pins(catalog) -> Pins:
+    """The ledger and analyst pins in force for ``catalog``: environment, then catalog.
+
+    Raises:
+        LedgerError: a pin in the environment is malformed.
+    """
+    ledger = analyst = None
+    ledger_source = analyst_source = ""
+    if _env(LEDGER_ENV) is not None:
+        ledger, ledger_source = _env_path(LEDGER_ENV), LEDGER_ENV
+    elif getattr(catalog, "ledger", None) is not None:
+        ledger, ledger_source = catalog.ledger, "the catalog's 'ledger:'"
+    if _env(ANALYST_ENV) is not None:
+        analyst, analyst_source = _env(ANALYST_ENV), ANALYST_ENV
+        check_analyst(analyst, ANALYST_ENV)
+    elif getattr(catalog, "analyst", None) is not None:
+        analyst, analyst_source = catalog.analyst, "the catalog's 'analyst:'"
+    return Pins(ledger, analyst, ledger_source, analyst_source)
+
+
+def apply_pins(pinned: Pins, ledger: Any, analyst: str | None) -> tuple[Any, str | None]:
+    """The (ledger, analyst) a connection uses: the pins, or its own when unpinned.
+
+    Under a pin, an argument naming the same ledger file (or the same analyst) is
+    accepted; anything else, ``":memory:"`` included, is refused.
+
+    Raises:
+        LedgerError: ``ledger`` or ``analyst`` names something other than its pin.
+    """
+    if pinned.ledger is not None and ledger is not None:
+        given = ledger.path if isinstance(ledger, Ledger) else ledger
+        if not (isinstance(given, str | Path) and _same_file(given, pinned.ledger)):
+            raise LedgerError(
+                f"ledger={str(given)!r} is refused: the data owner pinned this "
+                f"data set's ledger ({pinned.ledger_source}); leave ledger unset")
+    if pinned.ledger is not None and not isinstance(ledger, Ledger):
+        ledger = pinned.ledger
+    if pinned.analyst is not None:
+        if analyst and analyst != pinned.analyst:
+            raise LedgerError(
+                f"analyst={analyst!r} is refused: the data owner pinned the "
+                f"analyst identity ({pinned.analyst_source}); leave analyst unset")
+        analyst = pinned.analyst
+    return ledger, analyst
+
+
+def check_analyst(name: Any, where: str = "analyst") -> None:
+    """An analyst name is printable text and not ``'*'`` (the data set's total).
+
+    Raises:
+        LedgerError: it is not.
+    """
+    if not isinstance(name, str) or not name or name == ALL or not is_plain(name):
+        raise LedgerError(
+            f"{where} must be a name of printable characters ('*' is reserved for the "
+            f"data set's total), got {name!r}")
+
+
+def _storable(text: str) -> str:
+    """Text SQLite can store: a lone surrogate (not UTF-8) becomes a visible escape."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def _check_pair(total) -> None:

@@ -45,7 +45,7 @@ def _escape_char(ch: str) -> str:
 def is_plain(text: str) -> bool:
     """Whether ``text`` has no character that :func:`escape` would change.
 
-    >>> is_plain("alice"), is_plain("al\u200bice"), is_plain("bob\n")
+    >>> is_plain("alice"), is_plain("al\\u200bice"), is_plain("bob\\n")
     (True, False, False)
     """
     return (text.isascii() and text.isprintable()) or not any(
