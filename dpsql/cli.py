@@ -2,6 +2,13 @@
 
 Exit codes: 0 success; 1 a query or catalog was refused (a :class:`DpsqlError`);
 2 bad command-line usage.
+
+Text that an analyst or the data may have written (SQL, error messages, analyst names,
+column names, string values) is printed through :func:`dpsql.text.escape`: a control
+character, an ANSI escape sequence, a line separator or a bidi override shows as a
+visible escape such as ``\\n`` or ``\\x1b``, never acts on the terminal, and never
+starts a new line (``budget log`` is one line per entry). JSON output escapes them as
+JSON does.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import yaml
 
 import dpsql
 from dpsql.errors import CatalogError, DpsqlError, UnknownTableError
+from dpsql.text import escape
 
 DEMO_QUERIES = [
     ("Count and average income by sex (public domain: both keys always shown)",
@@ -40,7 +48,7 @@ DEMO_QUERIES = [
 
 
 def _fail(exc: DpsqlError) -> None:
-    click.secho(f"error ({type(exc).__name__}): {exc}", fg="red", err=True)
+    click.secho(f"error ({type(exc).__name__}): {escape(exc)}", fg="red", err=True)
     sys.exit(1)
 
 
@@ -149,9 +157,14 @@ def _query_options(fn):
 def explain(sql, database, catalog, epsilon, delta, max_groups, max_rows, mechanism,
             alpha) -> None:
     """Show the rewritten SQL, sensitivities, noise and predicted error; spends nothing."""
+    from dpsql.ledger import pinned_catalog, pins
+
     try:
+        # explain spends nothing, so a throw-away ledger will do, unless the owner
+        # pinned one (which then refuses any other)
+        pinned = pins(dpsql.load_catalog(pinned_catalog(catalog))).ledger is not None
         with dpsql.connect(database, catalog=catalog, budget=(max(epsilon, 1e-9), 0.5),
-                           ledger=":memory:") as conn:
+                           ledger=None if pinned else ":memory:") as conn:
             click.echo(str(conn.explain(sql, epsilon=epsilon, delta=delta,
                                         max_groups=max_groups, max_rows=max_rows,
                                         mechanism=mechanism, alpha=alpha)))
@@ -161,7 +174,13 @@ def explain(sql, database, catalog, epsilon, delta, max_groups, max_rows, mechan
 
 def _format_result(res, fmt: str) -> str:
     if fmt == "csv":
-        return res.df.to_csv(index=False).rstrip("\n")
+        import pandas as pd
+
+        # one line per row, and nothing a terminal would act on
+        df = pd.DataFrame.from_records(
+            [tuple(escape(v) if isinstance(v, str) else v for v in row) for row in res.rows],
+            columns=[escape(c) for c in res.columns])
+        return df.to_csv(index=False).rstrip("\n")
     if fmt == "json":
         import json
 
@@ -236,13 +255,26 @@ def shell(database, catalog, epsilon, delta, mechanism, alpha, ledger, analyst,
     sys.exit(status)
 
 
-def _ledger(ledger, database):
+def _ledger_path(ledger, database) -> Path:
+    """--ledger, else --database's default ledger, else the service's DPSQL_LEDGER pin."""
+    import os
+
     from dpsql.engine import default_ledger_path
+    from dpsql.ledger import LEDGER_ENV
+
+    if ledger:
+        return Path(ledger)
+    if database is not None:
+        return default_ledger_path(database)
+    if os.environ.get(LEDGER_ENV):
+        return Path(os.environ[LEDGER_ENV])
+    raise click.UsageError(f"give --ledger PATH or --database PATH (or set {LEDGER_ENV})")
+
+
+def _ledger(ledger, database):
     from dpsql.ledger import Ledger
 
-    if ledger is None and database is None:
-        raise click.UsageError("give --ledger PATH or --database PATH")
-    path = Path(ledger) if ledger else default_ledger_path(database)
+    path = _ledger_path(ledger, database)
     if not path.exists():
         raise click.UsageError(f"no ledger at {path}")
     return Ledger(path)
@@ -250,7 +282,7 @@ def _ledger(ledger, database):
 
 _LEDGER_OPTIONS = [
     click.option("--ledger", type=click.Path(dir_okay=False), default=None,
-                 help="Ledger file."),
+                 help="Ledger file (default: the DPSQL_LEDGER pin, if set)."),
     click.option("--database", "-d", default=None,
                  help="Database whose default ledger (<database>.ledger.sqlite) to use."),
 ]
@@ -293,11 +325,11 @@ def budget_show(ledger, database, dataset) -> None:
         analysts_by_ds.setdefault(entry["dataset"], set()).add(entry["analyst"])
     for ds in datasets:
         totals = {a: (e, d, src) for d_, a, e, d, src in rows if d_ == ds}
-        click.secho(f"data set {ds}", bold=True)
+        click.secho(f"data set {escape(ds)}", bold=True)
         names = [ALL] + sorted((set(totals) | analysts_by_ds.get(ds, set())) - {ALL})
         for name in names:
             s = led.spent(ds, None if name == ALL else name)
-            who = "all analysts" if name == ALL else f"analyst {name}"
+            who = "all analysts" if name == ALL else f"analyst {escape(name)}"
             line = f"  {who:<24} spent epsilon={s.basic[0]:g}, delta={s.basic[1]:g}"
             if name in totals:
                 e, d, src = totals[name]
@@ -314,12 +346,18 @@ def budget_show(ledger, database, dataset) -> None:
 @click.option("--dataset", default=None, help="Only this data set.")
 @click.option("--limit", type=int, default=50, show_default=True, help="Newest N entries.")
 def budget_log(ledger, database, dataset, limit) -> None:
-    """The audit log: every query with its time, analyst, cost and outcome."""
+    """The audit log: every query with its time, analyst, cost and outcome.
+
+    One line per entry: control characters in the SQL, the analyst name or the error
+    (a newline, an ANSI escape, a bidi override) print as visible escapes, so a query
+    cannot forge an entry or hide one.
+    """
     led = _ledger(ledger, database)
     for e in led.log(dataset, limit):
-        detail = f"  [{e['detail']}]" if e["detail"] else ""
-        click.echo(f"{e['time']}  {e['dataset']}  {e['analyst']}  {e['outcome']:<8}  "
-                   f"epsilon={e['epsilon']:g} delta={e['delta']:g}  {e['sql']}{detail}")
+        detail = f"  [{escape(e['detail'])}]" if e["detail"] else ""
+        click.echo(f"{escape(e['time'])}  {escape(e['dataset'])}  {escape(e['analyst'])}  "
+                   f"{escape(e['outcome']):<8}  epsilon={e['epsilon']:g} "
+                   f"delta={e['delta']:g}  {escape(e['sql'])}{detail}")
 
 
 @budget.command("set")
@@ -330,13 +368,10 @@ def budget_log(ledger, database, dataset, limit) -> None:
 @click.option("--delta", type=float, default=0.0, show_default=True)
 def budget_set(ledger, database, dataset, analyst, epsilon, delta) -> None:
     """Owner command: set a data set's (or an analyst's) total budget."""
-    from dpsql.engine import default_ledger_path
     from dpsql.ledger import ALL, Ledger
 
     try:
-        if ledger is None and database is None:
-            raise click.UsageError("give --ledger PATH or --database PATH")
-        led = Ledger(ledger or default_ledger_path(database))
+        led = Ledger(_ledger_path(ledger, database))
         led.set_budget(dataset, (epsilon, delta), analyst or ALL)
     except DpsqlError as exc:
         _fail(exc)
@@ -393,14 +428,14 @@ def catalog_validate(path) -> None:
         cat = dpsql.load_catalog(path)
     except DpsqlError as exc:
         _fail(exc)
-    click.echo(f"{path}: OK (dataset {cat.dataset!r})")
+    click.echo(f"{escape(path)}: OK (dataset {cat.dataset!r})")
     for table in cat.tables.values():
         unit = ("public" if table.public else "row privacy" if table.row_privacy
                 else f"user key {table.user_key}")
         bounded = [c.name for c in table.columns.values() if c.bounded]
-        click.echo(f"  {table.name}: {unit}, max_groups={table.max_groups}, "
-                   f"max_rows={table.max_rows}, {len(table.columns)} columns, "
-                   f"bounded: {', '.join(bounded) or 'none'}")
+        click.echo(escape(f"  {table.name}: {unit}, max_groups={table.max_groups}, "
+                          f"max_rows={table.max_rows}, {len(table.columns)} columns, "
+                          f"bounded: {', '.join(bounded) or 'none'}"))
 
 
 # -- catalog draft and import ------------------------------------------------------------

@@ -355,7 +355,7 @@ def bind_parameters(sql: str, parameters: Sequence[Any] | None) -> str:
 
 def connect(
     database: Any,
-    catalog: Any,
+    catalog: Any = None,
     budget: tuple[float, float] | None = None,
     *,
     ledger: Any = None,
@@ -370,7 +370,10 @@ def connect(
     per-query defaults for its cursors.
 
     Args:
-        database, catalog, budget, ledger, analyst, alpha: as for :func:`dpsql.connect`.
+        database, catalog, budget, ledger, analyst, alpha: as for :func:`dpsql.connect`
+            (including the owner's pins: a connection naming another catalog, ledger or
+            analyst than the pinned one is refused with an ``OperationalError`` that is
+            also a :class:`dpsql.LedgerError`).
         epsilon: default epsilon of each query (None: every query must set one).
         delta: default delta of each query.
         max_groups: default override of the tables' ``max_groups``.
@@ -378,7 +381,8 @@ def connect(
 
     Raises:
         InterfaceError: the catalog is malformed (also a ``CatalogError``).
-        OperationalError: the database or the ledger cannot be opened.
+        OperationalError: the database or the ledger cannot be opened, or a pin refuses
+            the connection's catalog, ledger or analyst.
         ProgrammingError: no budget anywhere, or an invalid one.
     """
     return Connection(database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha,
@@ -407,7 +411,7 @@ class Connection:
     ProgrammingError = ProgrammingError
     NotSupportedError = NotSupportedError
 
-    def __init__(self, database: Any, catalog: Any, budget=None, *, ledger=None,
+    def __init__(self, database: Any, catalog: Any = None, budget=None, *, ledger=None,
                  analyst: str | None = None, alpha: float = 0.05,
                  epsilon: float | None = None, delta: float = 0.0,
                  max_groups: int | None = None, max_rows: int | None = None):

@@ -1,4 +1,10 @@
-"""What a query returns (:class:`Result`) and what ``explain`` shows (:class:`Explanation`)."""
+"""What a query returns (:class:`Result`) and what ``explain`` shows (:class:`Explanation`).
+
+Their text and HTML renderings escape control characters (:func:`dpsql.text.escape`)
+in column names, values, SQL and notes: an analyst's alias or a string key cannot move
+the cursor, erase a line or reorder text on the terminal that shows it. The values
+themselves (``rows``, ``df``, ``arrow``) are left as they are.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ import html
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from dpsql.text import escape
 
 
 def _fmt(value: Any, width: float | None = None) -> str:
@@ -23,6 +31,9 @@ def _fmt(value: Any, width: float | None = None) -> str:
 
 
 def _table(header: list[str], body: list[list[str]]) -> str:
+    """A plain-text table; every cell is escaped here, so widths count what is shown."""
+    header = [escape(h) for h in header]
+    body = [[escape(c) for c in row] for row in body]
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h)
               for i, h in enumerate(header)]
     line = "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
@@ -33,7 +44,9 @@ def _table(header: list[str], body: list[list[str]]) -> str:
 
 def _html_table(header: list[str], body: list[list[str]], caption: str | None = None) -> str:
     """An HTML table of already-formatted text cells; every string is escaped here."""
-    esc = html.escape
+    def esc(text: str) -> str:
+        return html.escape(escape(text))
+
     parts = ['<table class="dpsql">']
     if caption:
         parts.append(f"<caption>{esc(caption)}</caption>")
@@ -130,7 +143,7 @@ class Result:
         conf = f"{100 * (1 - self.alpha):g}%"
         footer = (f"{len(self.rows)} rows; ± is the {conf} confidence interval half-width; "
                   f"spent ε = {self.cost[0]:g}, δ = {self.cost[1]:g}")
-        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
+        notes = "".join(f"<li>{html.escape(escape(n))}</li>" for n in self.notes)
         return ('<div class="dpsql-result">' + _html_table(list(self.columns), body)
                 + f"<p><small>{html.escape(footer)}</small></p>"
                 + (f'<ul style="font-size:smaller">{notes}</ul>' if notes else "") + "</div>")
@@ -171,7 +184,7 @@ class Explanation:
                  f"{s['half_width']:,.4g}"] for s in self.statistics]
         parts = [
             "Rewritten SQL:",
-            self.sql,
+            escape(self.sql),
             "",
             f"Contribution bounds: max_groups={self.max_groups}, max_rows={self.max_rows}",
             "",
@@ -184,14 +197,16 @@ class Explanation:
                       f"{ps['threshold']} (epsilon={ps['epsilon']:.4g}, delta={ps['delta']:g})"]
         parts += ["", f"Cost: epsilon={self.cost[0]:g}, delta={self.cost[1]:g}"
                   + (f" (zCDP rho={self.rho:.4g})" if self.rho is not None else "")]
-        parts += [f"Note: {n}" for n in self.notes]
+        parts += [f"Note: {escape(n)}" for n in self.notes]
         return "\n".join(parts)
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
         """Notebook display of :meth:`__str__`'s content, escaped."""
-        esc = html.escape
+        def esc(text: str) -> str:
+            return html.escape(escape(text))
+
         conf = f"±{100 * (1 - self.alpha):g}%"
         share = "rho" if self.mechanism == "gaussian" else "epsilon"
         body = [[s["name"], s["statistic"], f"{s['linf']:g}", f"{s['l1']:g}",

@@ -6,6 +6,9 @@ starting with a dot are shell commands (``.help`` lists them). With a terminal, 
 editing and a history kept in ``~/.dpsql_history`` come from :mod:`readline` (when
 Python has it); without one (input piped in), there is no prompt and the exit status
 is 1 if any statement was refused.
+
+Analyst-influenced text it prints (error messages, the analyst's name, results) goes
+through :func:`dpsql.text.escape`, so control characters show as visible escapes.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 import click
 
 from dpsql.errors import DpsqlError
+from dpsql.text import escape
 
 PROMPT = "dpsql> "
 CONTINUATION = "   ...> "
@@ -163,7 +167,7 @@ class Shell(cmd.Cmd):
 
     def _error(self, message: str) -> None:
         self.failures += 1
-        click.secho(f"error: {message}", fg="red", err=True)
+        click.secho(f"error: {escape(message)}", fg="red", err=True)
 
     # -- dot commands ---------------------------------------------------------------------
 
@@ -219,7 +223,7 @@ class Shell(cmd.Cmd):
         """Budget spent and remaining."""
         view = self.conn.budget
         spent, left = view.spent, view.remaining
-        self.stdout.write(f"analyst {self.conn.analyst}: spent epsilon={spent[0]:g}, "
+        self.stdout.write(f"analyst {escape(self.conn.analyst)}: spent epsilon={spent[0]:g}, "
                           f"delta={spent[1]:g}; remaining epsilon={left[0]:g}, "
                           f"delta={left[1]:g}\n")
 
@@ -229,7 +233,7 @@ class Shell(cmd.Cmd):
             cols = ", ".join(
                 f"{c.name} {c.type}" + (f" [{c.lower:g}, {c.upper:g}]" if c.bounded else "")
                 for c in table.columns.values())
-            self.stdout.write(f"{table.name}: {cols}\n")
+            self.stdout.write(escape(f"{table.name}: {cols}") + "\n")
 
     def do_help(self, arg: str) -> None:
         """This help."""
@@ -246,7 +250,8 @@ def run_shell(conn, epsilon: float, delta: float = 0.0, mechanism: str | None = 
               alpha: float | None = None, history: Path | None = None) -> int:
     """Runs the prompt on stdin; returns the exit status (1 if piped input had errors)."""
     shell = Shell(conn, epsilon, delta, mechanism, alpha, history=history)
-    intro = (f"dpsql shell: data set {conn.catalog.dataset!r}, analyst {conn.analyst!r}. "
+    intro = (f"dpsql shell: data set {escape(repr(conn.catalog.dataset))}, analyst "
+             f"{escape(repr(conn.analyst))}. "
              f"Each query spends epsilon={epsilon:g}, delta={delta:g} "
              "(.epsilon / .delta to change).\n"
              "End SQL with ';' or an empty line. .help lists the commands, .quit leaves.")

@@ -6,9 +6,13 @@ URL::
         &ledger=/path/ledger.sqlite&analyst=alice&budget_epsilon=1&budget_delta=1e-6
 
 (three slashes and a relative path, four for an absolute one). Query keys: ``catalog``
-(required), ``epsilon``, ``delta``, ``max_groups``, ``max_rows`` (the cursors'
-per-query defaults), ``ledger``, ``analyst``, ``alpha``, and ``budget_epsilon`` /
-``budget_delta`` (the ``budget=`` cap). Unknown keys are refused.
+(required unless the service pins it with ``DPSQL_CATALOG``), ``epsilon``, ``delta``,
+``max_groups``, ``max_rows`` (the cursors' per-query defaults), ``ledger``,
+``analyst``, ``alpha``, and ``budget_epsilon`` / ``budget_delta`` (the ``budget=``
+cap). Unknown keys are refused. Whoever writes the URL chooses these, so a service whose
+analysts write URLs pins the catalog, the ledger and the analyst (see
+:mod:`dpsql.ledger`): a URL that names another is refused when it connects
+(``sqlalchemy.exc.OperationalError`` wrapping a :class:`dpsql.LedgerError`).
 
 Every statement SQLAlchemy sends is a private, charged query, so ``pandas.read_sql``
 and ``select(func.count()).select_from(table)`` work as usual. Table reflection
@@ -32,6 +36,7 @@ Registered by the entry point ``"dpsql.duckdb" =
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -41,6 +46,7 @@ from sqlalchemy.engine import default
 
 import dpsql
 from dpsql import dbapi as _dbapi
+from dpsql.ledger import CATALOG_ENV
 
 #: Catalog type → SQLAlchemy type reported by reflection.
 CATALOG_TYPES: dict[str, type[sqltypes.TypeEngine]] = {
@@ -102,7 +108,7 @@ class DpsqlDuckDBDialect(default.DefaultDialect):
                 f"unknown dpsql URL parameter(s) {', '.join(unknown)}; known: "
                 + ", ".join(sorted(known))
             )
-        if "catalog" not in query:
+        if "catalog" not in query and not os.environ.get(CATALOG_ENV):
             raise sa_exc.ArgumentError("a dpsql URL needs ?catalog=/path/to/catalog.yaml")
         args: dict[str, Any] = {"database": url.database or ":memory:"}
         for key, value in query.items():
