@@ -42,6 +42,10 @@ class Backend(ABC):
     transforms: tuple = ()
     #: The last (rewritten AST, its SQL) that :meth:`to_sql` produced.
     _last_sql: tuple | None = None
+    #: Tables the SQL may read (the catalog's; set by the connection), and names that
+    #: need quoting but are the catalog's own; None: tables are not checked (tests).
+    catalog_tables: frozenset[str] | None = None
+    catalog_names: frozenset[str] = frozenset()
 
     def to_sql(self, expression: exp.Expression) -> str:
         """Transpiles a rewritten AST to this backend's SQL (dialect transforms, then sqlglot).
@@ -62,6 +66,10 @@ class Backend(ABC):
                                    **self.dialect_options())
             expression = dialects.apply(expression, self.transforms, ctx)
         sql = expression.sql(dialect=self.dialect)
+        from dpsql.output_check import check_sql
+
+        check_sql(sql, expression, self.dialect, tables=self.catalog_tables,
+                  names=self.catalog_names)
         self._last_sql = (original, sql)
         return sql
 

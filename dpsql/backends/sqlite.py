@@ -17,6 +17,7 @@ BIGINT, ``REAL``/``DOUBLE`` → DOUBLE, ``TEXT`` → VARCHAR, ``DECIMAL(p,s)``, 
 from __future__ import annotations
 
 import hashlib
+import math
 import sqlite3
 import struct
 import urllib.parse
@@ -62,10 +63,21 @@ def keyed_hash(seed, *values) -> int:
     return struct.unpack(">q", h.digest())[0]
 
 
+def fmod(a, b):
+    """``dpsql_fmod``: C's fmod (the sign of ``a``), like DuckDB's ``%`` on reals; NULL
+    for NULL, zero, non-finite or non-numeric input (never an error)."""
+    try:
+        a, b = float(a), float(b)
+        return None if b == 0 else math.fmod(a, b)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def _connect_read_only(path: Path) -> sqlite3.Connection:
     uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
     con = sqlite3.connect(uri, uri=True, check_same_thread=False)
     con.create_function(dialects.SQLITE_HASH, -1, keyed_hash, deterministic=True)
+    con.create_function(dialects.SQLITE_FMOD, 2, fmod, deterministic=True)
     con.execute("PRAGMA query_only = ON")
     con.execute("PRAGMA trusted_schema = OFF")
     con.execute("PRAGMA case_sensitive_like = ON")

@@ -1,0 +1,160 @@
+"""The last check before SQL leaves dpsql: one SELECT, exactly the tree dpsql built.
+
+Every SQL text that dpsql sends to a backend or runs in its post-processing DuckDB is
+written by sqlglot from a tree dpsql built. sqlglot writes some payloads back as raw
+text (a type name it does not know, a bare keyword, an anonymous function's name), so
+a payload that slipped through could close the query and start another. The input
+side refuses such payloads (:mod:`dpsql.validate`); this module proves it on the way
+out, whatever the passes did in between:
+
+1. **Closed payloads.** Walking the tree that produced the text: every type is a known
+   scalar type (never sqlglot's raw ``USERDEFINED`` text), every bare keyword and every
+   anonymous function name comes from a fixed list, every name is a plain name (or one
+   the catalog declares), every table is a catalog table or a name dpsql generated, and
+   no statement-level node (DDL, DML, PRAGMA, SET, a command) is anywhere inside.
+2. **One statement, the same tree.** The text is parsed again in the backend's
+   dialect: it must be exactly one SELECT, and writing that parse back must give the
+   text itself. Text that a payload had broken open parses into something else, whose
+   text differs.
+
+A mismatch is dpsql's own bug, not the analyst's: it is raised as an
+:class:`~dpsql.errors.UnsupportedQueryError` before any charge (the query is refused for
+free and the owner's log says why).
+
+>>> import sqlglot
+>>> tree = sqlglot.parse_one("SELECT COUNT(*) AS __s0 FROM pums")
+>>> check_sql(tree.sql(dialect="duckdb"), tree, "duckdb", tables={"pums"})
+>>> bad = sqlglot.parse_one("SELECT CAST(age AS INT) AS __s0 FROM pums")
+>>> _ = bad.find(exp.DataType).replace(exp.DataType(
+...     this=exp.DataType.Type.USERDEFINED, kind="INT) AS __s0 FROM pums; SELECT (1"))
+>>> bad.sql(dialect="duckdb")
+'SELECT CAST(age AS INT) AS __s0 FROM pums; SELECT (1) AS __s0 FROM pums'
+
+>>> check_sql(bad.sql(dialect="duckdb"), bad, "duckdb", tables={"pums"})
+Traceback (most recent call last):
+...
+dpsql.errors.UnsupportedQueryError: dpsql refused its own rewritten query ...
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Collection
+
+import sqlglot
+from sqlglot import exp
+
+from dpsql.errors import UnsupportedQueryError
+
+_log = logging.getLogger("dpsql.owner")
+
+_T = exp.DataType.Type
+#: Types dpsql itself writes, in any backend's dialect (the analyst's are a subset).
+TYPES = frozenset({
+    _T.TINYINT, _T.SMALLINT, _T.INT, _T.BIGINT, _T.INT128, _T.UTINYINT, _T.USMALLINT,
+    _T.UINT, _T.UBIGINT, _T.UINT128, _T.FLOAT, _T.DOUBLE, _T.DECIMAL, _T.BIGDECIMAL,
+    _T.TEXT, _T.VARCHAR, _T.CHAR, _T.NCHAR, _T.NVARCHAR, _T.BOOLEAN, _T.DATE,
+    _T.DATETIME, _T.TIMESTAMP, _T.TIMESTAMPNTZ, _T.TIMESTAMPTZ, _T.TIMESTAMPLTZ,
+    _T.INTERVAL, _T.BIGSERIAL, _T.SERIAL, _T.SMALLSERIAL,
+})
+#: Bare keywords dpsql writes: date parts (also in the backends' spellings) and the
+#: few keywords of the dialect transforms.
+KEYWORDS = frozenset({
+    "YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "DOW", "ISODOW", "DOY", "DAYOFWEEK",
+    "DAYOFYEAR", "HOUR", "MINUTE", "SECOND", "EPOCH", "ISOYEAR", "WEEKDAY",
+    "DAY_OF_WEEK", "DAY_OF_YEAR", "DAYOFMONTH", "MILLISECOND", "MICROSECOND",
+})
+#: Functions sqlglot does not model (kept as anonymous calls) that dpsql writes.
+FUNCTIONS = frozenset({
+    "hash", "dpsql_hash", "dpsql_fmod", "hashtextextended", "xxhash64", "pg_input_is_valid",
+    "try_add", "try_subtract", "try_multiply", "try_divide", "try_sum", "total", "div",
+    "bround", "strftime", "date", "datetime",
+})
+#: Statement-level nodes: none may appear anywhere in a query dpsql sends.
+_STATEMENTS = (exp.Command, exp.Create, exp.Insert, exp.Update, exp.Delete, exp.Drop,
+               exp.Pragma, exp.Set, exp.Copy, exp.Attach, exp.Detach, exp.Merge,
+               exp.Transaction, exp.Commit, exp.Rollback, exp.Describe, exp.Use,
+               exp.Cache, exp.Uncache, exp.Refresh, exp.Install, exp.Into,
+               exp.LoadData, exp.Alter, exp.TruncateTable, exp.Grant, exp.Analyze)
+SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+def check_sql(sql: str, tree: exp.Expression, dialect: str, *,
+              tables: Collection[str] | None = (), names: Collection[str] = ()) -> None:
+    """Proves that ``sql`` (written by sqlglot from ``tree``) is one SELECT and nothing else.
+
+    Args:
+        sql: the text about to be run.
+        tree: the tree it was written from.
+        dialect: the sqlglot dialect it was written in.
+        tables: names of the tables it may read (the catalog's); other table names must
+            be ones dpsql generated (``__...``) or CTE names of the tree. None: table
+            names are not checked (a backend used without a catalog, in tests).
+        names: further names it may use besides plain ones (catalog names that need
+            quoting).
+
+    Raises:
+        UnsupportedQueryError: before any charge, when any check fails.
+    """
+    problem = _closed(tree, None if tables is None else {t.lower() for t in tables},
+                      set(names)) or _same(sql, dialect)
+    if problem is not None:
+        _log.error("output check refused the %s query: %s; SQL: %r", dialect, problem,
+                   sql[:2000])
+        raise UnsupportedQueryError(
+            "dpsql refused its own rewritten query (it failed the output check: "
+            f"{problem}); nothing was charged")
+
+
+def _closed(tree: exp.Expression, tables: set[str] | None, names: set[str]) -> str | None:
+    if not isinstance(tree, exp.Select):
+        return f"the statement is a {type(tree).__name__}, not a SELECT"
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    for node in tree.walk():
+        if isinstance(node, _STATEMENTS):
+            return f"a {type(node).__name__} node"
+        if isinstance(node, exp.DataType):
+            if node.this not in TYPES:
+                return f"type {node.this.name}"
+        elif isinstance(node, exp.Var):
+            if str(node.this).upper() not in KEYWORDS:
+                return "a bare keyword outside the fixed list"
+        elif isinstance(node, exp.Anonymous):
+            if not isinstance(node.this, str) or node.this.lower() not in FUNCTIONS:
+                return "a function outside the fixed list"
+        elif isinstance(node, exp.Identifier):
+            if not isinstance(node.this, str) or not (
+                    SAFE_NAME.fullmatch(node.this) or node.this in names):
+                return "a name that is neither plain nor the catalog's"
+        elif isinstance(node, exp.Table):
+            if not isinstance(node.this, exp.Identifier):
+                return "a table function"
+            if node.args.get("db") or node.args.get("catalog"):
+                return "a qualified table name"
+            name = node.name.lower()
+            if tables is not None and name not in tables and name not in ctes \
+                    and not name.startswith("__"):
+                return f"table {name!r} is not in the catalog"
+        elif isinstance(node, exp.Literal):
+            if not isinstance(node.this, str):
+                return "a literal that is not text"
+        if node.comments:
+            return "a comment"
+    return None
+
+
+def _same(sql: str, dialect: str) -> str | None:
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+    except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
+        return "the text does not parse again"
+    except RecursionError:
+        return "the text is nested too deeply to parse again"
+    if len(statements) != 1:
+        return f"the text holds {len(statements)} statements"
+    if not isinstance(statements[0], exp.Select):
+        return f"the text is a {type(statements[0]).__name__}, not a SELECT"
+    if statements[0].sql(dialect=dialect) != sql:
+        return "the text does not parse back to the same query"
+    return None
