@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import getpass
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,14 @@ from dpsql.backends import Backend, open_backend
 from dpsql.bigquery_options import lift_dp_options
 from dpsql.catalog import Catalog, Table, load_catalog
 from dpsql.errors import (
+    AnalysisError,
     CatalogError,
     DpsqlError,
     LedgerError,
+    PostprocessError,
     PrivacyParameterError,
     UnknownTableError,
+    UnsupportedQueryError,
 )
 from dpsql.ledger import ALL, BudgetView, Ledger
 from dpsql.noise import add_noise
@@ -40,6 +44,8 @@ from dpsql.postprocess import check_postprocess, postprocess, stat_half_width
 from dpsql.result import Explanation, Result
 from dpsql.rewrite import rewrite
 from dpsql.validate import validate
+
+_log = logging.getLogger("dpsql.owner")
 
 _COMPATIBLE = {
     "int": ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
@@ -250,6 +256,11 @@ class Connection:
             self._ledger.refuse(self._dataset, self._analyst, text,
                                 f"{type(exc).__name__}: {exc}")
             raise
+        except Exception as exc:  # noqa: BLE001 - dpsql's own bug, found before the charge
+            err = _internal(exc, "analysing")
+            self._ledger.refuse(self._dataset, self._analyst, text,
+                                f"{type(err).__name__}: {err}")
+            raise err from None
         charge = self._ledger.charge(self._dataset, self._analyst, plan.charge, text,
                                      self._cap)
         try:
@@ -259,8 +270,15 @@ class Connection:
                 columns, rows = [k.name for k in plan.keys], []
             noisy = add_noise(plan, columns, rows)
             answer = postprocess(plan, noisy, alpha)
-        except BaseException as exc:
+        except DpsqlError as exc:
             self._ledger.finish(charge, "failed", type(exc).__name__)
+            raise
+        except Exception as exc:  # noqa: BLE001 - may depend on the data: no text of it
+            self._ledger.finish(charge, "failed", "internal")
+            err = _internal(exc, "answering", charged=True)
+            raise err from None
+        except BaseException:
+            self._ledger.finish(charge, "failed", "interrupted")
             raise
         self._ledger.finish(charge, "answered")
         return Result(
@@ -285,18 +303,24 @@ class Connection:
         alpha: float | None = None,
     ) -> Explanation:
         """Shows the rewritten SQL, sensitivities, noise and predicted error; spends nothing."""
-        alpha = self._check_alpha(alpha)
-        sql, epsilon, delta, max_groups, max_rows = _options(
-            sql, epsilon, delta, max_groups, max_rows)
-        plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
-                                                  mechanism)
+        try:
+            alpha = self._check_alpha(alpha)
+            sql, epsilon, delta, max_groups, max_rows = _options(
+                sql, epsilon, delta, max_groups, max_rows)
+            plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups,
+                                                      max_rows, mechanism)
+            sql_text = backend.to_sql(expression)
+        except DpsqlError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - dpsql's own bug; spends nothing
+            raise _internal(exc, "analysing") from None
         selection = None
         if plan.selection is not None:
             eps, dlt = plan.selection.privacy_map()
             selection = {"threshold": plan.selection.threshold, "epsilon": eps, "delta": dlt,
                          "scale": plan.selection.noise.scale}
         return Explanation(
-            sql=backend.to_sql(expression),
+            sql=sql_text,
             statistics=_split(plan, alpha),
             partition_selection=selection,
             cost=plan.cost,
@@ -332,7 +356,12 @@ class Connection:
         alpha = self._check_alpha(alpha)
 
         def worst(eps: float) -> float:
-            plan, _, _ = self._prepare(sql, eps, delta, max_groups, max_rows, mechanism)
+            try:
+                plan, _, _ = self._prepare(sql, eps, delta, max_groups, max_rows, mechanism)
+            except DpsqlError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - dpsql's own bug; spends nothing
+                raise _internal(exc, "analysing") from None
             names = [s.name for s in plan.stats]
             if column is not None:
                 out = [o for o in plan.outputs if o.name == column]
@@ -384,6 +413,14 @@ class Connection:
         if plan.stats or plan.selection is not None:
             schema = backend.check(expression)
             key_types = [t for name, t in schema if name.startswith("__k")]
+            for key, key_type in zip(plan.keys, key_types, strict=False):
+                if not _scalar_key_type(key_type):
+                    # lists, structs, maps, variants and blobs do not compare as plain
+                    # values: a released key must be one
+                    raise UnsupportedQueryError(
+                        f"group key {key.expr.sql(dialect='duckdb')[:60]!r} has type "
+                        f"{key_type[:40]}; group keys must be numbers, strings, booleans "
+                        "or dates")
         else:
             key_types = ["VARCHAR" if k.domain and isinstance(k.domain[0], str) else "DOUBLE"
                          for k in plan.keys]
@@ -468,6 +505,37 @@ def _options(sql, epsilon, delta, max_groups, max_rows):
             "no epsilon: pass epsilon=... or write SELECT WITH DIFFERENTIAL_PRIVACY "
             "OPTIONS (epsilon = ...)")
     return sql, epsilon, 0.0 if delta is None else delta, max_groups, max_rows
+
+
+_SCALAR_KEY = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT",
+               "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL",
+               "DECIMAL", "NUMERIC", "VARCHAR", "TEXT", "STRING", "CHAR", "BOOLEAN", "BOOL",
+               "DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "INTERVAL")
+
+
+def _scalar_key_type(type_name: str) -> bool:
+    """Whether a backend's key type (in DuckDB's words) is a plain scalar."""
+    t = type_name.upper().strip()
+    return "[" not in t and t.split("(")[0].strip() in _SCALAR_KEY
+
+
+def _internal(exc: BaseException, stage: str, charged: bool = False) -> DpsqlError:
+    """An unexpected exception as a stable DpsqlError; its text goes to the owner's log only.
+
+    Nothing of the exception reaches the analyst: its message could quote data values.
+    """
+    _log.error("internal error while %s a query", stage, exc_info=exc)
+    if charged:
+        err = PostprocessError(
+            "dpsql failed while answering this query (an internal error, logged for the "
+            "data owner); the charge is kept because the failure may depend on the data")
+        err.charged = True
+        return err
+    err = AnalysisError(
+        f"dpsql failed while {stage} this query (an internal error, logged for the data "
+        "owner); nothing was charged")
+    err.charged = False
+    return err
 
 
 def _os_user() -> str:
