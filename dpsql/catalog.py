@@ -109,6 +109,9 @@ class Table:
     max_rows: int = 1
     #: Foreign-key path to the user: (column, referenced table, referenced column) steps.
     user_path: tuple[tuple[str, str, str], ...] = ()
+    #: A derived table or CTE of one query (never a catalog or database table): it has
+    #: a fresh internal name and inherits no database fact (uniqueness, constraints).
+    derived: bool = False
 
     def column(self, name: str) -> Column:
         """Returns the column named ``name`` (case-insensitive); KeyError if absent."""

@@ -445,7 +445,8 @@ class Connection:
         select = validate(parse(sql))
         plan = analyze(select, self._catalog, epsilon, delta, max_groups, max_rows,
                        mechanism=mechanism or self._mechanism,
-                       unique=lambda t, c: (c,) in self._unique(backend, t))
+                       unique=lambda t, c: self._catalog.has_table(t)
+                       and (c,) in self._unique(backend, t))
         for source in plan.scope.sources:
             for table in source.reads if source.derived is not None else [source.table]:
                 self._check_schema(table, backend)

@@ -92,8 +92,8 @@ def analyze(
     if mechanism == "gaussian" and delta <= 0:
         raise PrivacyParameterError("gaussian noise needs delta > 0 (e.g. delta=1e-6)")
     select = inline_ctes(select).transform(_within_group)
-    _check_in_subqueries(select, catalog)
-    scope, select = build_scope(select, catalog)
+    select = _check_in_subqueries(select, catalog)
+    scope, select = build_scope(select, catalog, unique)
     table = scope.primary
     # joined private tables: the finest table's bounds (bounding is enforced either way,
     # so the choice trades bias for noise, never privacy)
@@ -102,6 +102,7 @@ def analyze(
     R = _positive_int(max_rows, "max_rows", max(s.table.max_rows for s in scope.private))
     one_row = table.row_privacy or (
         scope.single and isinstance(table.user_key, str) and unique is not None
+        and not table.derived and scope.sources[0].derived is None
         and unique(table.name, table.user_key))
     if one_row:
         # each row is its own user (row privacy, or a user key the database keeps
@@ -555,26 +556,65 @@ def _qualify(select: exp.Select, scope: Scope, out_names: set[str]) -> exp.Selec
     return select
 
 
-def _check_in_subqueries(select: exp.Select, catalog: Catalog) -> None:
-    """``x IN (SELECT ...)`` may read public tables only: the set is then public data."""
-    for node in select.find_all(exp.In):
+def _check_in_subqueries(select: exp.Select, catalog: Catalog) -> exp.Select:
+    """``x IN (SELECT ...)`` may read public tables only: the set is then public data.
+
+    Names bind by identity: every table of the subquery gets a fresh alias and every
+    column in it is qualified with the alias of the subquery table that has it, so no
+    column can bind to a row of the outer (private) query, whatever the names
+    (``pid IN (SELECT k FROM pub WHERE people.age > 50)`` is refused: ``people`` is not
+    a table of the subquery).
+    """
+    if not any(n.args.get("query") is not None for n in select.find_all(exp.In)):
+        return select
+    select = select.copy()
+    count = 0
+    for node in list(select.find_all(exp.In)):
         query = node.args.get("query")
         if query is None:
             continue
         inner = query.this if isinstance(query, exp.Subquery) else query
         if not isinstance(inner, exp.Select) or len(inner.expressions) != 1:
             raise UnsupportedQueryError("IN (SELECT ...) must select exactly one column")
+        if inner.find(exp.Subquery) is not None or inner.args.get("with_") or any(
+                n.args.get("query") is not None for n in inner.find_all(exp.In)):
+            raise UnsupportedQueryError("IN (SELECT ...) may not hold further subqueries")
         tables = list(inner.find_all(exp.Table))
+        aliases: dict[str, tuple[str, str]] = {}
         for table in tables:
             name = table.name.lower()
             if not catalog.has_table(name) or not catalog.table(name).public:
                 raise UnsupportedQueryError(
                     f"IN (SELECT ...) may read only public tables; {name!r} is "
                     + ("private" if catalog.has_table(name) else "not in the catalog"))
-        columns = {c for t in tables for c in catalog.table(t.name.lower()).columns}
-        for col in inner.find_all(exp.Column):
-            if col.name.lower() not in columns:
-                raise UnknownColumnError(f"unknown column {col.name!r} in IN (SELECT ...)")
+            alias = (table.alias or name).lower()
+            if alias in aliases:
+                raise UnsupportedQueryError(
+                    f"table alias {alias!r} is used twice in IN (SELECT ...); rename one")
+            aliases[alias] = (name, f"__in{count}")
+            count += 1
+        for col in list(inner.find_all(exp.Column)):
+            name = col.name.lower()
+            if col.table:
+                owner = aliases.get(col.table.lower())
+                if owner is None or not catalog.table(owner[0]).has_column(name):
+                    raise UnknownColumnError(
+                        f"unknown column {col.sql(dialect='duckdb')!r} in IN (SELECT ...): "
+                        "a subquery may read only its own tables")
+            else:
+                owners = [a for a in aliases.values() if catalog.table(a[0]).has_column(name)]
+                if len(owners) != 1:
+                    raise UnknownColumnError(
+                        f"{'ambiguous' if owners else 'unknown'} column {col.name!r} in "
+                        "IN (SELECT ...)")
+                owner = owners[0]
+            col.replace(exp.column(name, table=owner[1]))
+        for table in tables:
+            name = table.name.lower()
+            fresh = aliases[(table.alias or name).lower()][1]
+            table.replace(exp.Table(this=exp.to_identifier(name),
+                                    alias=exp.TableAlias(this=exp.to_identifier(fresh))))
+    return select
 
 
 def _output_name(item: exp.Expression) -> str:

@@ -62,7 +62,7 @@ def _as_subquery(body: exp.Select, table: exp.Table) -> exp.Subquery:
     return exp.Subquery(this=body.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias)))
 
 
-def derive(subquery: exp.Subquery, catalog: Catalog):
+def derive(subquery: exp.Subquery, catalog: Catalog, unique=None):
     """Analyses a derived table.
 
     Returns:
@@ -82,7 +82,7 @@ def derive(subquery: exp.Subquery, catalog: Catalog):
             raise UnsupportedQueryError(
                 f"{key.upper()} inside a derived table is not allowed: it would pick rows "
                 "by their values")
-    scope, inner = build_scope(inner, catalog)
+    scope, inner = build_scope(inner, catalog, unique)
     if scope.uid is None:
         raise UnsupportedQueryError("a derived table over a row_privacy table is not supported")
     from dpsql.analyze.analyze import _qualify  # the same name resolution as outside
@@ -91,7 +91,7 @@ def derive(subquery: exp.Subquery, catalog: Catalog):
     inner = _qualify(inner, scope, set(names))
     group = inner.args.get("group")
     keys = list(group.expressions) if group else []
-    if not any(k == scope.uid or scope.is_uid(k) for k in keys):
+    if not any(_row_uid(k, scope) for k in keys):
         raise UnsupportedQueryError(
             "a derived table must GROUP BY the user key (so each of its rows belongs to one "
             "user); aggregate per user inside, privately outside")
@@ -108,9 +108,12 @@ def derive(subquery: exp.Subquery, catalog: Catalog):
         if isinstance(body, _ALLOWED_AGGREGATES):
             column, sql = _aggregate(body, name, scope, R)
         elif any(body == k for k in keys):
-            if body == scope.uid or scope.is_uid(body):
+            if _row_uid(body, scope):
                 user_key = name
-                column = Column(name, "int")
+                # the user key keeps its own type: equalities with it are only trusted
+                # between columns of one type (see scope._attach_users)
+                column = dataclasses.replace(scope.column(body), name=name, lower=None,
+                                             upper=None, values=None)
             else:
                 base = scope.column(body) if isinstance(body, exp.Column) else None
                 column = dataclasses.replace(base, name=name) if base else Column(name, "string")
@@ -133,10 +136,30 @@ def derive(subquery: exp.Subquery, catalog: Catalog):
         raise UnsupportedQueryError("HAVING inside a derived table is not supported yet")
     out.set("group", exp.Group(expressions=[k.copy() for k in keys]))
     per_user = len(keys) == 1
-    table = Table(alias, columns, user_key=user_key, max_groups=1 if per_user else G,
-                  max_rows=1 if per_user else R)
+    # a fresh name: the derived table must never be taken for a catalog table of the
+    # same name (whose uniqueness or foreign keys it does not have)
+    table = Table(f"__derived_{alias}", columns, user_key=user_key,
+                  max_groups=1 if per_user else G, max_rows=1 if per_user else R,
+                  derived=True)
     return (table, exp.Subquery(this=out, alias=exp.TableAlias(this=exp.to_identifier(alias))),
             scope, per_user)
+
+
+def _row_uid(key: exp.Expression, scope) -> bool:
+    """Whether a GROUP BY key is the user id of every row of the derived table.
+
+    It must be the scope's user id, or the user key of a source that is in every row:
+    the first table or one joined INNER. A LEFT-joined table's key is NULL on rows
+    without a match, which would merge the rows of many users into one NULL group.
+    """
+    if not isinstance(key, exp.Column):
+        return False
+    if key == scope.uid:
+        return True
+    if not scope.is_uid(key):
+        return False
+    source = scope.source(key.table) if key.table else scope.sources[0]
+    return source.kind in ("from", "inner") and not source.table.public
 
 
 def _aggregate(agg: exp.Expression, name: str, scope, R: int) -> tuple[Column, exp.Expression]:

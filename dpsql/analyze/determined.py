@@ -10,9 +10,10 @@ queries.
 A column is *determined* when it has one value on all rows of any one user, which
 follows from:
 
-1. **One row per user.** A private source joined INNER (or first in FROM) whose user
-   key is a PRIMARY KEY or UNIQUE in the database (read from the backend, never
-   trusted from the catalog), or a derived table grouped by the user key alone. Every
+1. **One row per user.** A private catalog table joined INNER (or first in FROM) whose
+   user key is a PRIMARY KEY, or UNIQUE and NOT NULL, in the database (read from the
+   backend, never trusted from the catalog; a derived table never inherits it, whatever
+   its alias), or a derived table grouped by the user key alone. Every
    row of a user carries that one row, so all its columns are determined. (On the left
    of a LEFT JOIN a source would also qualify; on its right a user's rows could carry
    the row on some rows and NULL on others, so it does not.) Every private source of
@@ -23,9 +24,12 @@ follows from:
    ``b``. Only between columns of one exact type (int, date, bool), where equal values
    are the same value: across types, or for floats and strings (collations), two
    different values can compare equal.
-3. **A public table joined on a unique key.** A public table joined (INNER or LEFT) on
+3. **A public table joined on a unique key.** A public table joined INNER on
    ``p.c = x`` with ``x`` determined and ``p.c`` unique in the database contributes the
-   same row (or NULL) to every row of the user, so all its columns are determined.
+   same row to every row of the user, so all its columns are determined. Joined LEFT,
+   the same holds only when every other column its ON reads is ``p``'s own or
+   determined: otherwise a row condition could give the user's rows ``p``'s row on
+   some and NULL on others.
 
 A group key whose columns are all determined is determined (it is a deterministic
 function of them: the validator admits no volatile function). When every key is, the
@@ -84,9 +88,11 @@ def determined_columns(scope: Scope, where: exp.Expression | None,
                     found.add(y)
                     changed = True
         for p in list(public):
-            if unique is not None and any(
-                    mine[0] == p.alias and other in found and unique(p.table.name, mine[1])
-                    for a, b in _equalities(p.on, scope) for mine, other in ((a, b), (b, a))):
+            if unique is not None and not p.table.derived and _constant_on(p, scope, found) \
+                    and any(mine[0] == p.alias and other in found
+                            and unique(p.table.name, mine[1])
+                            for a, b in _equalities(p.on, scope)
+                            for mine, other in ((a, b), (b, a))):
                 found |= _all_columns(p)
                 public.remove(p)
                 changed = True
@@ -100,10 +106,23 @@ def key_is_determined(expr: exp.Expression, scope: Scope,
     return bool(columns) and all(_ref(c, scope) in found for c in columns)
 
 
+def _constant_on(p: Source, scope: Scope, found: set[tuple[str, str]]) -> bool:
+    """Whether every column of ``p``'s ON is ``p``'s own or already determined.
+
+    For a LEFT JOIN the match decides between ``p``'s row and NULL: a condition on any
+    other column (``LEFT JOIN place l ON l.id = p.home AND p.x > 5``) could pick the row
+    on some of a user's rows and NULL on others, two values for one user. An INNER
+    join's condition only filters rows, so it may read anything.
+    """
+    if p.kind != "left":
+        return True
+    return all(c.table == p.alias or _ref(c, scope) in found for c in p.on.find_all(exp.Column))
+
+
 def _one_row_per_user(s: Source, unique: Unique | None) -> bool:
     if s.table.public or s.hidden or s.kind not in ("from", "inner"):
         return False
-    if s.derived is not None:
+    if s.derived is not None or s.table.derived:
         return s.per_user
     return (isinstance(s.table.user_key, str) and unique is not None
             and unique(s.table.name, s.table.user_key))

@@ -25,6 +25,7 @@ its reason when broken:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -144,18 +145,22 @@ def _table(s: Source) -> exp.Expression:
     return table
 
 
-def build_scope(select: exp.Select, catalog: Catalog) -> tuple[Scope, exp.Select]:
+def build_scope(select: exp.Select, catalog: Catalog,
+                unique: Callable[[str, str], bool] | None = None) -> tuple[Scope, exp.Select]:
     """Resolves FROM and JOINs against the catalog and attaches the user id to rows.
 
     Tables listed with commas (``FROM a, b WHERE a.k = b.k``) are joined on the WHERE
     clause's equalities between them, which move into the join condition.
 
+    ``unique(table, column)`` tells whether the database keeps a column unique and NOT
+    NULL; without it no join to a public table can be proven one-to-one.
+
     Returns:
         The scope, and the SELECT with those equalities taken out of WHERE.
     """
-    sources = [_source(select.args["from_"].this, catalog, "from", None)]
+    sources = [_source(select.args["from_"].this, catalog, "from", None, unique)]
     for join in select.args.get("joins") or []:
-        sources.append(_join(join, catalog))
+        sources.append(_join(join, catalog, unique))
     seen = set()
     for s in sources:
         if s.alias in seen:
@@ -170,7 +175,7 @@ def build_scope(select: exp.Select, catalog: Catalog) -> tuple[Scope, exp.Select
     select = _comma_joins(select, scope)
     for s in sources[1:]:
         s.on = _qualify_on(s.on, scope)
-    _attach_users(scope, catalog)
+    _attach_users(scope, catalog, unique)
     return scope, select
 
 
@@ -212,11 +217,11 @@ def _comma_joins(select: exp.Select, scope: Scope) -> exp.Select:
     return select
 
 
-def _source(node: exp.Expression, catalog: Catalog, kind: str, on) -> Source:
+def _source(node: exp.Expression, catalog: Catalog, kind: str, on, unique=None) -> Source:
     if isinstance(node, exp.Subquery):
         from dpsql.analyze.derived import derive
 
-        table, sql, inner, per_user = derive(node, catalog)
+        table, sql, inner, per_user = derive(node, catalog, unique)
         source = Source(table.name, table, kind, on, derived=sql,
                         reads=[s.table for s in inner.sources if s.derived is None]
                         + [t for s in inner.sources for t in s.reads], inner=inner,
@@ -230,12 +235,12 @@ def _source(node: exp.Expression, catalog: Catalog, kind: str, on) -> Source:
         raise UnknownTableError(
             f"unknown table {name!r}; the catalog has: {', '.join(sorted(catalog.tables))}")
     alias = (node.alias or name).lower()
-    if alias.startswith("__"):
+    if alias.startswith("__") or name.startswith("__"):
         raise UnsupportedQueryError(f"aliases starting with '__' are reserved: {alias!r}")
     return Source(alias, catalog.table(name), kind, on)
 
 
-def _join(join: exp.Join, catalog: Catalog) -> Source:
+def _join(join: exp.Join, catalog: Catalog, unique=None) -> Source:
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
     if kind == "CROSS" or (side and not join.args.get("on") and not join.args.get("using")):
@@ -254,7 +259,7 @@ def _join(join: exp.Join, catalog: Catalog) -> Source:
     on = join.args.get("on")
     if join.args.get("using"):
         raise UnsupportedQueryError("JOIN ... USING is not supported yet: write JOIN ... ON")
-    return _source(join.this, catalog, "left" if side == "LEFT" else "inner", on)
+    return _source(join.this, catalog, "left" if side == "LEFT" else "inner", on, unique)
 
 
 def _qualify_on(on: exp.Expression, scope: Scope) -> exp.Expression:
@@ -281,7 +286,7 @@ def _single(scope: Scope) -> None:
             "queries over it alone are answered via the multi-table path")
 
 
-def _attach_users(scope: Scope, catalog: Catalog) -> None:
+def _attach_users(scope: Scope, catalog: Catalog, unique=None) -> None:
     private = scope.private
     if not private:
         raise UnsupportedQueryError(
@@ -298,7 +303,11 @@ def _attach_users(scope: Scope, catalog: Catalog) -> None:
                     f"LEFT JOIN brings in private table {s.table.name!r} with no private "
                     "table on its left: rows without a match would belong to no user")
 
-    # union-find over private sources that provably carry the same user
+    if any(s.table.row_privacy for s in private):
+        _one_to_one_public_joins(scope, unique)
+
+    # union-find over private sources that provably carry the same user (see
+    # _same_user_equalities for which conditions count)
     parent = {s.alias: s.alias for s in private}
 
     def find(a):
@@ -307,29 +316,46 @@ def _attach_users(scope: Scope, catalog: Catalog) -> None:
         return a
 
     via_path: dict[str, Source] = {}
-    for s in scope.sources[1:]:
-        for eq in column_equalities(s.on):
-            a, b = (scope.source(c.table) for c in eq)
-            if a.table.public or b.table.public or a is b:
-                continue
-            ca, cb = eq
+
+    def same_user(x: Source, cx: exp.Column, y: Source, cy: exp.Column) -> bool:
+        """Whether ``x.cx = y.cy`` puts x's row and y's row with one user."""
+        if isinstance(x.table.user_key, str) and isinstance(y.table.user_key, str) \
+                and cx.name == x.table.user_key and cy.name == y.table.user_key:
+            return True
+        path = x.table.user_path
+        # a foreign-key step names a catalog table: a derived table, whatever its
+        # alias, is not that table
+        if path and not y.table.derived and path[0][0] == cx.name \
+                and path[0][1] == y.table.name and path[0][2] == cy.name:
+            # the user id is read through y only where y is on every row of x: not
+            # when y is LEFT-joined after x (all NULL where it has no match)
+            if not (y.kind == "left" and scope.sources.index(y) > scope.sources.index(x)):
+                via_path[x.alias] = y
+            scope.unique.append((y.table.name, cy.name))
+            return True
+        return False
+
+    for s, (ca, cb) in _same_user_equalities(scope):
+        a, b = scope.source(ca.table), scope.source(cb.table)
+        if s.kind != "left":
             for x, cx, y, cy in ((a, ca, b, cb), (b, cb, a, ca)):
-                if isinstance(x.table.user_key, str) and isinstance(y.table.user_key, str) \
-                        and cx.name == x.table.user_key and cy.name == y.table.user_key:
+                if same_user(x, cx, y, cy):
                     parent[find(x.alias)] = find(y.alias)
-                path = x.table.user_path
-                if path and path[0][0] == cx.name and path[0][1] == y.table.name \
-                        and path[0][2] == cy.name:
-                    parent[find(x.alias)] = find(y.alias)
-                    via_path[x.alias] = y
-                    scope.unique.append((y.table.name, cy.name))
+        elif find(s.alias) == s.alias and all(find(p.alias) != s.alias
+                                               for p in private if p is not s):
+            # a LEFT JOIN's condition links the table it brings in to one other table
+            # (the first that matches), never two others through it
+            other, co, cs = (b, cb, ca) if a is s else (a, ca, cb)
+            if same_user(s, cs, other, co) or same_user(other, co, s, cs):
+                parent[s.alias] = find(other.alias)
     roots = {find(s.alias) for s in private}
     if len(roots) > 1:
         names = ", ".join(s.alias for s in private)
         raise UnsupportedQueryError(
             f"the private tables {names} are joined without matching their users: join on "
             "the user key (e.g. a.pid = b.pid) or along the catalog's foreign-key path, so "
-            "that no joined row mixes two users")
+            "that no joined row mixes two users (a condition in a LEFT JOIN's ON links "
+            "only the table that LEFT JOIN brings in)")
 
     hidden: list[Source] = []
     resolved: dict[str, exp.Column | None] = {}
@@ -376,6 +402,69 @@ def _attach_users(scope: Scope, catalog: Catalog) -> None:
         ordered.append(s)
         ordered.extend(h for h in hidden if _needs(h, s, hidden))
     scope.sources = ordered
+
+
+def _same_user_equalities(scope: Scope):
+    """(source, (a, b)): column equalities of ON conditions that may link two users' rows.
+
+    * A conjunct of an INNER join's ON holds on every joined row.
+    * A conjunct of a LEFT JOIN's ON holds only where that join found a match; where it
+      did not, the table it brings in is all NULL and the other tables' rows stand
+      alone. So such a conjunct may link *the table that LEFT JOIN brings in* to one
+      table already linked, never two other tables to each other
+      (``a JOIN b ON a.x = b.x LEFT JOIN p ON ... AND a.pid = b.pid`` proves nothing
+      about a and b). LEFT joins come last, in order, after every INNER condition.
+    * Only between columns of one catalog type: across types (``'01' = 1``) several
+      values of one column would match one value of the other.
+    """
+    def typed(eq):
+        try:
+            return scope.column_type(eq[0]) == scope.column_type(eq[1])
+        except (KeyError, UnknownTableError):
+            return False
+
+    for s in scope.sources[1:]:
+        if s.kind != "left" and s.on is not None:
+            for eq in column_equalities(s.on):
+                a, b = (scope.source(c.table) for c in eq)
+                if not (a.table.public or b.table.public or a is b) and typed(eq):
+                    yield s, eq
+    for s in scope.sources[1:]:
+        if s.kind == "left" and s.on is not None and not s.table.public:
+            for eq in column_equalities(s.on):
+                a, b = (scope.source(c.table) for c in eq)
+                if a.table.public or b.table.public or a is b or s not in (a, b) \
+                        or not typed(eq):
+                    continue
+                yield s, eq
+
+
+def _one_to_one_public_joins(scope: Scope, unique) -> None:
+    """With ``row_privacy`` each row is a user: no join may repeat a row.
+
+    A user-keyed row repeated by a public join stays that user's, and the per-user
+    bounding absorbs it; a row_privacy row repeated is a user counted twice. So every
+    public table must come after the private one, joined on ``p.c = x`` (a top-level
+    conjunct of its ON) where ``p.c`` is unique and NOT NULL in the database: each row
+    then meets at most one row of ``p``, by induction over the joins.
+    """
+    for s in scope.sources:
+        if not s.table.public:
+            continue
+        if s.kind == "from":
+            raise UnsupportedQueryError(
+                "with a row_privacy table, name it first in FROM and join public tables "
+                "to it: a public table first could repeat one person's row")
+        proven = unique is not None and s.on is not None and any(
+            mine.table == s.alias and other.table != s.alias and not s.table.derived
+            and unique(s.table.name, mine.name)
+            for a, b in column_equalities(s.on) for mine, other in ((a, b), (b, a)))
+        if not proven:
+            raise UnsupportedQueryError(
+                f"public table {s.table.name!r} is joined to a row_privacy table without a "
+                "key that the database keeps unique (PRIMARY KEY or UNIQUE NOT NULL) in "
+                "`ON <public>.<key> = ...`: one person's row could match several of its "
+                "rows and be counted more than once")
 
 
 def _needs(h: Source, s: Source, hidden: list[Source]) -> bool:
