@@ -12,10 +12,11 @@ out, whatever the passes did in between:
    anonymous function name comes from a fixed list, every name is a plain name (or one
    the catalog declares), every table is a catalog table or a name dpsql generated, and
    no statement-level node (DDL, DML, PRAGMA, SET, a command) is anywhere inside.
-2. **One statement, the same tree.** The text is parsed again in the backend's
-   dialect: it must be exactly one SELECT, and writing that parse back must give the
-   text itself. Text that a payload had broken open parses into something else, whose
-   text differs.
+2. **One statement, the same tree.** The text must be the tree's, and parsed again in
+   the backend's dialect it must be exactly one SELECT that writes back to the text
+   itself and passes the walk of (1) too: the query the backend reads from the text is
+   then as closed as the one dpsql built. Text that a payload had broken open parses
+   into something else, whose text differs.
 
 A mismatch is dpsql's own bug, not the analyst's: it is raised as an
 :class:`~dpsql.errors.UnsupportedQueryError` before any charge (the query is refused for
@@ -97,8 +98,14 @@ def check_sql(sql: str, tree: exp.Expression, dialect: str, *,
     Raises:
         UnsupportedQueryError: before any charge, when any check fails.
     """
-    problem = _closed(tree, None if tables is None else {t.lower() for t in tables},
-                      set(names)) or _same(sql, dialect)
+    allowed = None if tables is None else {t.lower() for t in tables}
+    problem = _closed(tree, allowed, set(names))
+    if problem is None and tree.sql(dialect=dialect) != sql:
+        problem = "the text is not the tree's"
+    if problem is None:
+        problem, parsed = _same(sql, dialect)
+        # the backend runs the text, so the tree read back from it must be closed too
+        problem = problem or _closed(parsed, allowed, set(names))
     if problem is not None:
         _log.error("output check refused the %s query: %s; SQL: %r", dialect, problem,
                    sql[:2000])
@@ -144,17 +151,17 @@ def _closed(tree: exp.Expression, tables: set[str] | None, names: set[str]) -> s
     return None
 
 
-def _same(sql: str, dialect: str) -> str | None:
+def _same(sql: str, dialect: str) -> tuple[str | None, exp.Expression | None]:
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
-        return "the text does not parse again"
+        return "the text does not parse again", None
     except RecursionError:
-        return "the text is nested too deeply to parse again"
+        return "the text is nested too deeply to parse again", None
     if len(statements) != 1:
-        return f"the text holds {len(statements)} statements"
+        return f"the text holds {len(statements)} statements", None
     if not isinstance(statements[0], exp.Select):
-        return f"the text is a {type(statements[0]).__name__}, not a SELECT"
+        return f"the text is a {type(statements[0]).__name__}, not a SELECT", None
     if statements[0].sql(dialect=dialect) != sql:
-        return "the text does not parse back to the same query"
-    return None
+        return "the text does not parse back to the same query", None
+    return None, statements[0]
