@@ -143,9 +143,8 @@ def _closed(tree: exp.Expression, tables: set[str] | None, names: set[str]) -> s
             if tables is not None and name not in tables and name not in ctes \
                     and not name.startswith("__"):
                 return f"table {name!r} is not in the catalog"
-        elif isinstance(node, exp.Literal):
-            if not isinstance(node.this, str):
-                return "a literal that is not text"
+        elif isinstance(node, exp.Literal) and not isinstance(node.this, str):
+            return "a literal that is not text"
         if node.comments:
             return "a comment"
     return None
