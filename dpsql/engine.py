@@ -490,6 +490,16 @@ class Connection:
                     f"table {table.name!r}, column {col.name!r}: the catalog says "
                     f"{col.type} but the database column is {actual[col.name]}"
                 )
+        collated = backend.nonbinary_collation_columns(table.name) & set(table.columns)
+        if collated:
+            # equal under the collation is not equal: 'A' and 'a' would be one group
+            # whose label depends on which spelling the backend met first, and one user
+            # key could match another user's rows
+            raise CatalogError(
+                f"table {table.name!r}, column {sorted(collated)[0]!r}: its collation "
+                "compares strings that differ as equal (e.g. NOCASE), so dpsql cannot "
+                "group by it, join on it or count it as a user; use a column with the "
+                "default (binary) collation")
         self._schemas_ok.add(table.name)
 
 

@@ -91,7 +91,15 @@ class Backend(ABC):
 
     @abstractmethod
     def unique_columns(self, table: str) -> set[tuple[str, ...]]:
-        """Column sets of ``table`` with a PRIMARY KEY or UNIQUE constraint (lower-case)."""
+        """Column sets of ``table`` that the database keeps unique and NOT NULL (lower-case).
+
+        A PRIMARY KEY, or a UNIQUE constraint whose columns are all NOT NULL: UNIQUE
+        alone admits any number of NULLs, which would be many rows with one "key".
+        """
+
+    def nonbinary_collation_columns(self, table: str) -> set[str]:
+        """String columns of ``table`` whose equality is not byte-exact (lower-case)."""
+        return set()
 
     @abstractmethod
     def execute(self, expression: exp.Expression) -> tuple[list[str], list[tuple]]:
