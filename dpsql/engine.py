@@ -535,7 +535,13 @@ def _internal(exc: BaseException, stage: str, charged: bool = False) -> DpsqlErr
 
     Nothing of the exception reaches the analyst: its message could quote data values.
     """
-    _log.error("internal error while %s a query", stage, exc_info=exc)
+    import traceback
+
+    from dpsql.text import escape
+
+    # escaped: the exception text may quote analyst input, which must not forge lines
+    _log.error("internal error while %s a query: %s", stage,
+               escape("".join(traceback.format_exception(exc))))
     if charged:
         err = PostprocessError(
             "dpsql failed while answering this query (an internal error, logged for the "
