@@ -42,13 +42,15 @@ from typing import Any
 import yaml
 
 from dpsql.errors import CatalogError
+from dpsql.limits import DEFAULT as DEFAULT_LIMITS
+from dpsql.limits import Limits
 from dpsql.text import is_plain
 
 #: Column types the catalog accepts.
 TYPES = ("int", "float", "string", "bool", "date", "timestamp")
 NUMERIC_TYPES = ("int", "float")
 
-_TOP_KEYS = {"dataset", "tables", "budget", "description", "ledger", "analyst"}
+_TOP_KEYS = {"dataset", "tables", "budget", "description", "ledger", "analyst", "limits"}
 _TABLE_KEYS = {
     "user_key",
     "row_privacy",
@@ -135,6 +137,8 @@ class Catalog:
     ledger: str | None = None
     #: The owner's pin of the analyst identity every connection is charged as.
     analyst: str | None = None
+    #: Resource limits on the work done before the charge (:mod:`dpsql.limits`).
+    limits: Limits = field(default=DEFAULT_LIMITS, compare=False)
 
     def table(self, name: str) -> Table:
         """Returns the table named ``name`` (case-insensitive); KeyError if absent."""
@@ -194,7 +198,8 @@ def _build(doc: Mapping[str, Any], origin: str) -> Catalog:
                                           {"epsilon", "delta"})
     return Catalog(tables, str(doc.get("dataset", "default")), budget, analysts, origin,
                    ledger=_ledger_pin(doc.get("ledger"), origin),
-                   analyst=_analyst_pin(doc.get("analyst")))
+                   analyst=_analyst_pin(doc.get("analyst")),
+                   limits=Limits.from_mapping(doc.get("limits")))
 
 
 def _ledger_pin(value: Any, origin: str) -> str | None:

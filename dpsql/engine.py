@@ -442,7 +442,8 @@ class Connection:
             backend.catalog_tables = frozenset(cat.tables)
             backend.catalog_names = frozenset(
                 [*cat.tables, *(c for t in cat.tables.values() for c in t.columns)])
-        select = validate(parse(sql))
+        limits = self._catalog.limits
+        select = validate(parse(sql, limits.max_sql_length), limits)
         plan = analyze(select, self._catalog, epsilon, delta, max_groups, max_rows,
                        mechanism=mechanism or self._mechanism,
                        unique=lambda t, c: self._catalog.has_table(t)

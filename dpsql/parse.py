@@ -14,15 +14,16 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.errors import ParseError, UnsupportedQueryError
+from dpsql.limits import DEFAULT
 
-#: Longest SQL text accepted; longer input is refused before tokenizing.
-MAX_SQL_LENGTH = 100_000
+#: Longest SQL text accepted by default; longer input is refused before tokenizing.
+MAX_SQL_LENGTH = DEFAULT.max_sql_length
 #: The dialect analyst SQL is read in (DuckDB's is a superset of most analytic SQL).
 READ_DIALECT = "duckdb"
 
 
-def parse(sql: str) -> exp.Expression:
-    """Parses exactly one SQL statement.
+def parse(sql: str, max_length: int = MAX_SQL_LENGTH) -> exp.Expression:
+    """Parses exactly one SQL statement (of at most ``max_length`` characters).
 
     Raises:
         ParseError: the text does not parse; carries line and column.
@@ -30,9 +31,9 @@ def parse(sql: str) -> exp.Expression:
     """
     if not isinstance(sql, str):
         raise UnsupportedQueryError(f"SQL must be a string, got {type(sql).__name__}")
-    if len(sql) > MAX_SQL_LENGTH:
+    if len(sql) > max_length:
         raise UnsupportedQueryError(
-            f"SQL text is {len(sql)} characters; the limit is {MAX_SQL_LENGTH}"
+            f"SQL text is {len(sql)} characters; the limit is {max_length} (max_sql_length)"
         )
     try:
         statements = [s for s in sqlglot.parse(sql, read=READ_DIALECT) if s is not None]
