@@ -33,6 +33,7 @@ import math
 import re
 
 from dpsql.errors import ParseError, UnsupportedQueryError
+from dpsql.limits import DEFAULT, Limits
 
 #: Option name in SQL → keyword argument of ``Connection.execute``.
 OPTION_KEYS = {
@@ -42,25 +43,25 @@ OPTION_KEYS = {
     "max_rows_contributed": "max_rows",
 }
 
-# Whitespace and SQL comments, any number of them.
-# one whitespace character per repetition: a nested \s+ inside * backtracks exponentially
-_GAP = r"(?:\s|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*"
-_HEAD = re.compile(r"\A(" + _GAP + r"SELECT\b)", re.IGNORECASE | re.DOTALL)
-_CLAUSE = re.compile(
-    _GAP + r"WITH" + _GAP + r"\bDIFFERENTIAL_PRIVACY\b"
-    r"(?P<options>" + _GAP + r"\bOPTIONS" + _GAP + r"\((?P<body>[^()]*)\))?",
-    re.IGNORECASE | re.DOTALL,
-)
-_PAIR = re.compile(r"\A\s*(?P<key>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>\S.*?)\s*\Z", re.DOTALL)
-_NUMBER = re.compile(r"\A[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?\Z", re.ASCII)
-_INTEGER = re.compile(r"\A[+-]?\d+\Z", re.ASCII)
+#: Longest ``WITH DIFFERENTIAL_PRIVACY OPTIONS (...)`` clause accepted (characters, from
+#: ``WITH`` to the closing parenthesis): four ``key = number`` pairs fit in ~150.
+MAX_CLAUSE_LENGTH = 1_000
+
+# The scanner below reads the text once, left to right, with str.find/startswith only:
+# linear whatever the input (the regular expressions it replaces backtracked
+# quadratically on a long option value). Only fully anchored patterns over one short
+# token remain.
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
 
 
-def lift_dp_options(sql: str) -> tuple[str, dict[str, int | float]]:
+def lift_dp_options(sql: str, limits: Limits = DEFAULT) -> tuple[str, dict[str, int | float]]:
     """Removes a leading ``WITH DIFFERENTIAL_PRIVACY OPTIONS (...)`` clause from ``sql``.
 
     Args:
         sql: the query text.
+        limits: the data owner's resource limits (``max_sql_length``).
 
     Returns:
         The text without the clause (unchanged when there is none; newlines inside the
@@ -69,7 +70,8 @@ def lift_dp_options(sql: str) -> tuple[str, dict[str, int | float]]:
         ``max_groups``, ``max_rows``): an int for an integer literal, else a float.
 
     Raises:
-        UnsupportedQueryError: an unknown option key (the message names it).
+        UnsupportedQueryError: an unknown option key (the message names it), or a text
+            or clause over its length limit.
         ParseError: a malformed clause: no parenthesised options after ``OPTIONS``, a
             value that is not a finite number, or a key given twice.
 
@@ -83,27 +85,72 @@ def lift_dp_options(sql: str) -> tuple[str, dict[str, int | float]]:
     ...
     dpsql.errors.ParseError: differential privacy option epsilon: 'a' is not a finite number
     """
-    from dpsql.parse import MAX_SQL_LENGTH
-
-    if isinstance(sql, str) and len(sql) > MAX_SQL_LENGTH:
-        raise UnsupportedQueryError(
-            f"SQL text is {len(sql)} characters; the limit is {MAX_SQL_LENGTH}")
     if not isinstance(sql, str):
         return sql, {}
-    head = _HEAD.match(sql)
+    if len(sql) > limits.max_sql_length:
+        raise UnsupportedQueryError(
+            f"SQL text is {len(sql)} characters; the limit is {limits.max_sql_length} "
+            "(max_sql_length)")
+    head = _word(sql, _gap(sql, 0), "SELECT")
     if head is None:
         return sql, {}
-    start = head.end()
-    clause = _CLAUSE.match(sql, start)
-    if clause is None:
+    start = head
+    with_end = _word(sql, _gap(sql, start), "WITH")
+    if with_end is None:
         return sql, {}
-    if clause.group("options") is None and re.match(_GAP + r"\bOPTIONS\b", sql[clause.end():],
-                                                     re.IGNORECASE | re.DOTALL):
-        raise ParseError("WITH DIFFERENTIAL_PRIVACY OPTIONS needs (key = number, ...) "
-                         "without nested parentheses")
-    options = _parse_options(clause.group("body")) if clause.group("options") else {}
-    filler = " " + "\n" * sql.count("\n", start, clause.end())
-    return sql[:start] + filler + sql[clause.end():].lstrip(" \t"), options
+    end = _word(sql, _gap(sql, with_end), "DIFFERENTIAL_PRIVACY")
+    if end is None:
+        return sql, {}
+    body = None
+    options_end = _word(sql, _gap(sql, end), "OPTIONS")
+    if options_end is not None:
+        open_at = _gap(sql, options_end)
+        close_at = sql.find(")", open_at) if sql.startswith("(", open_at) else -1
+        if close_at < 0 or "(" in sql[open_at + 1:close_at]:
+            raise ParseError("WITH DIFFERENTIAL_PRIVACY OPTIONS needs (key = number, ...) "
+                             "without nested parentheses")
+        body, end = sql[open_at + 1:close_at], close_at + 1
+    if end - start > MAX_CLAUSE_LENGTH:
+        raise UnsupportedQueryError(
+            f"the WITH DIFFERENTIAL_PRIVACY clause is {end - start} characters long; the "
+            f"limit is {MAX_CLAUSE_LENGTH}")
+    options = _parse_options(body) if body is not None else {}
+    filler = " " + "\n" * sql.count("\n", start, end)
+    return sql[:start] + filler + sql[end:].lstrip(" \t"), options
+
+
+def _gap(sql: str, i: int) -> int:
+    """The position after the whitespace and complete SQL comments starting at ``i``."""
+    n = len(sql)
+    while i < n:
+        if sql[i].isspace():
+            i += 1
+        elif sql.startswith("--", i):
+            newline = sql.find("\n", i)
+            i = n if newline < 0 else newline + 1
+        elif sql.startswith("/*", i):
+            close = sql.find("*/", i + 2)
+            if close < 0:  # an unclosed comment is no gap (the parser refuses it later)
+                return i
+            i = close + 2
+        else:
+            break
+    return i
+
+
+def _word(sql: str, i: int, word: str) -> int | None:
+    """The end of the keyword ``word`` (ASCII, any case) at ``i``, or None.
+
+    Like the regular expression ``\\bWORD\\b``: the next character must not continue a
+    name. Only ASCII letters match (no case folding of ``ſ`` or ``K`` into keywords).
+    """
+    end = i + len(word)
+    text = sql[i:end]
+    if not (text.isascii() and text.upper() == word):
+        return None
+    if end < len(sql) and (sql[end].isalnum() or sql[end] == "_"):
+        return None
+    return end
 
 
 def _parse_options(body: str) -> dict[str, int | float]:
@@ -111,15 +158,17 @@ def _parse_options(body: str) -> dict[str, int | float]:
     if not body.strip():
         return options
     for item in body.split(","):
-        pair = _PAIR.match(item)
-        if pair is None:
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not value or _KEY.fullmatch(key) is None:
             raise ParseError(
-                f"differential privacy options must be 'key = number' pairs, got {item.strip()!r}"
+                f"differential privacy options must be 'key = number' pairs, got "
+                f"{item.strip()[:40]!r}"
             )
-        key, value = pair.group("key").lower(), pair.group("value")
+        key = key.lower()
         if key not in OPTION_KEYS:
             raise UnsupportedQueryError(
-                f"unknown differential privacy option {key!r}; known options: "
+                f"unknown differential privacy option {key[:40]!r}; known options: "
                 + ", ".join(OPTION_KEYS)
             )
         name = OPTION_KEYS[key]
@@ -130,9 +179,9 @@ def _parse_options(body: str) -> dict[str, int | float]:
 
 
 def _number(key: str, text: str) -> int | float:
-    if _INTEGER.match(text):
-        return int(text)
-    if _NUMBER.match(text):
+    if _INTEGER.fullmatch(text):
+        return int(text)  # at most MAX_CLAUSE_LENGTH digits: far below int()'s limit
+    if _NUMBER.fullmatch(text):
         value = float(text)
         if math.isfinite(value):
             return value
