@@ -8,11 +8,20 @@ its reason when broken:
 * **private ⋈ public** on any equality condition (INNER, or LEFT with the private
   side on the left). A public table carries no user: duplicating a private row through
   a non-unique public key only repeats that user's rows, which the per-user bounding
-  absorbs.
+  absorbs. With ``row_privacy`` there is no per-user bounding to absorb it (each row is
+  a user), so each public table must be joined after the private one on a key the
+  database keeps unique and NOT NULL (:func:`_one_to_one_public_joins`).
 * **private ⋈ private** only where both sides carry the *same* user: the ON condition
   equates their user keys, or follows the catalog's foreign-key path from one table to
   the other (``lineitem.l_orderkey = orders.o_orderkey``). Anything else (a self-join
-  on another column, say) could pair rows of two users into one row.
+  on another column, say) could pair rows of two users into one row. Such an equality
+  counts only between columns of one catalog type (``'01' = 1`` would match several
+  keys to one) and, in a LEFT JOIN's ON, only to link the table that join brings in
+  (:func:`_same_user_equalities`).
+* **Names by identity**: a derived table or CTE is a :class:`~dpsql.catalog.Table` with
+  a fresh internal name (``__derived_<alias>``) and ``derived=True``: whatever its
+  alias, it never stands for a catalog table in a foreign-key step and never inherits
+  a database constraint.
 * **Foreign-key paths**: a table whose user sits behind foreign keys gets its user id by
   joining along the catalog's path (hidden joins). Each referenced column must be
   unique *in the database* (a PRIMARY KEY or UNIQUE constraint, read from the backend,
