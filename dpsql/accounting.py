@@ -55,7 +55,8 @@ class Cost:
 
     @property
     def zcdp(self) -> tuple[float, float]:
-        rho = self.epsilon**2 / 2 if self.rho is None else self.rho
+        # ε·ε, not ε**2: a float power raises OverflowError where a product is inf
+        rho = self.epsilon * self.epsilon / 2 if self.rho is None else self.rho
         return rho, self.delta if self.rho_delta is None else self.rho_delta
 
     @property
@@ -76,13 +77,15 @@ def zcdp_to_dp(rho: float, delta: float) -> float:
     >>> zcdp_to_dp(0.1, 0.0)
     inf
     """
+    if math.isnan(rho) or math.isnan(delta):
+        return math.inf  # never admits anything
     if rho <= 0:
         return 0.0
-    if delta <= 0:
+    if delta <= 0 or math.isinf(rho):
         return math.inf
     if delta >= 1:
         return 0.0
-    log_inv = math.log(1 / delta)
+    log_inv = -math.log(delta)  # not log(1/δ): 1/δ overflows for a subnormal δ
     classic = rho + 2 * math.sqrt(rho * log_inv)
     best = classic
     # α from just above 1 to far beyond the optimum (≈ 1 + sqrt(log(1/δ)/ρ))

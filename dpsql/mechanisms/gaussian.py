@@ -30,7 +30,8 @@ from statistics import NormalDist
 import numpy as np
 import opendp.prelude as dp
 
-from dpsql.mechanisms.laplace import Grid
+from dpsql.errors import PrivacyParameterError
+from dpsql.mechanisms.laplace import MAX_UNITS, MIN_UNITS, Grid, check_inputs, check_scale
 
 dp.enable_features("contrib")
 
@@ -48,8 +49,10 @@ class DiscreteGaussian:
     integer = True
 
     def __init__(self, sigma: float):
-        if not (sigma > 0 and math.isfinite(sigma)):
-            raise ValueError(f"sigma must be positive and finite, got {sigma}")
+        if not MIN_UNITS <= sigma <= MAX_UNITS:  # also refuses nan and inf
+            raise PrivacyParameterError(
+                f"discrete Gaussian noise of sigma {sigma:.3g} is outside the exact "
+                "sampler's range [2^-40, 2^48]: raise epsilon or delta, or lower max_groups")
         self.sigma = float(sigma)
 
     @property
@@ -67,6 +70,8 @@ class DiscreteGaussian:
         bounds it because the discrete Gaussian's tails are no heavier than those of
         the continuous Gaussian shifted by one (CKS 2020, Prop. 25).
         """
+        if not 0 < alpha < 1:
+            raise PrivacyParameterError(f"alpha must be in (0, 1), got {alpha!r}")
         if self.sigma > 1000:
             return math.ceil(self.sigma * NormalDist().inv_cdf(1 - alpha / 2)) + 1
         span = int(self.sigma * 40) + 10
@@ -116,9 +121,10 @@ def gaussian(linf: float, max_groups: int, rho: float,
     ``linf`` is a group's largest L2 change (for scalars the L∞ partial; for a histogram
     of ``width`` bins, its L1 bound, which also bounds L2).
     """
-    if not rho > 0:
-        raise ValueError("rho must be positive")
-    sigma = math.sqrt(max_groups * linf**2 / (2 * rho))
+    linf, rho = check_inputs(linf, max_groups, rho, "rho")
+    # linf · sqrt(G / 2ρ), not sqrt(G · linf² / 2ρ): linf² overflows for linf > 1e154
+    sigma = check_scale(linf * math.sqrt(max_groups / (2 * rho)),
+                        "sensitivity · sqrt(max_groups / (2 rho))")
     if integer and sigma < _INTEGER_SCALE_LIMIT:
         return DiscreteGaussian(sigma)
     k = math.floor(math.log2(sigma)) - 12
@@ -129,16 +135,38 @@ def gaussian(linf: float, max_groups: int, rho: float,
 def rho_for(epsilon: float, delta: float) -> float:
     """The largest ρ whose zCDP → (ε, δ) conversion stays within ``epsilon``.
 
+    The search starts from the ρ at which the classic conversion ``ρ + 2√(ρ log(1/δ))``
+    equals ε (:func:`~dpsql.accounting.zcdp_to_dp` is never above it, so that ρ is
+    admissible), doubles to an upper end and bisects between the two: relative
+    precision, however small ε is (a bisection of [0, 1] would stop at 2^-60).
+
     >>> from dpsql.accounting import zcdp_to_dp
     >>> r = rho_for(1.0, 1e-6)
     >>> zcdp_to_dp(r, 1e-6) <= 1.0 < zcdp_to_dp(r * 1.001, 1e-6)
     True
+    >>> r = rho_for(1e-9, 1e-100)
+    >>> 0 < r and zcdp_to_dp(r, 1e-100) <= 1e-9 < zcdp_to_dp(r * 1.001, 1e-100)
+    True
     """
     from dpsql.accounting import zcdp_to_dp
 
-    low, high = 0.0, max(epsilon, 1.0)
-    while zcdp_to_dp(high, delta) <= epsilon:
-        high *= 2
+    if not (isinstance(epsilon, int | float) and math.isfinite(epsilon) and epsilon > 0):
+        raise PrivacyParameterError(f"epsilon must be positive and finite, got {epsilon!r}")
+    if not (isinstance(delta, int | float) and 0 < delta < 1):
+        raise PrivacyParameterError(f"gaussian noise needs 0 < delta < 1, got {delta!r}")
+    log_inv = -math.log(delta)
+    # √ρ = √(L + ε) − √L, written without cancellation for ε much smaller than L
+    low = (epsilon / (math.sqrt(log_inv + epsilon) + math.sqrt(log_inv))) ** 2
+    low *= 1 - 1e-9  # float round-off must not put the start just above ε
+    if not (low > 0 and zcdp_to_dp(low, delta) <= epsilon):
+        raise PrivacyParameterError(
+            f"epsilon = {epsilon:g} at delta = {delta:g} leaves no zCDP budget (rho "
+            "underflows): raise epsilon")
+    high = 2 * low
+    for _ in range(64):  # the conversion is at least ρ, so ρ = 2ε is above: few steps
+        if zcdp_to_dp(high, delta) > epsilon:
+            break
+        low, high = high, 2 * high
     for _ in range(60):
         mid = (low + high) / 2
         if zcdp_to_dp(mid, delta) <= epsilon:

@@ -23,12 +23,71 @@ from fractions import Fraction
 
 import numpy as np
 
+from dpsql.errors import PrivacyParameterError
 from dpsql.mechanisms.sampling import discrete_laplace, rational_scale
 
 _SAFE = 2**62  # integer statistics below this add noise in int64 without overflow
 #: Above this scale, integer statistics take the grid path (the exact sampler works in
 #: int64 and needs scale · 2^PRECISION-sized integers to fit).
 _INTEGER_SCALE_LIMIT = 2.0**40
+
+#: Noise scales (value units) dpsql calibrates. Beyond them the grid ``2^k`` or the error
+#: bars would leave the normal range of a double (a grid of 0 or inf), so a query whose
+#: ``max_groups · sensitivity / epsilon`` falls outside is refused before the charge.
+MIN_SCALE = 2.0**-900
+MAX_SCALE = 2.0**900
+#: Scales (noise units) of the exact integer samplers: below MAX_UNITS the int64
+#: arithmetic of the sampler cannot overflow and ``exp(−1/scale)`` stays below 1 in
+#: double precision; above MIN_UNITS the rational scale ``t/s`` has ``s <= 2^60``.
+MIN_UNITS = 2.0**-40
+MAX_UNITS = 2.0**48
+
+
+def check_inputs(linf: float, max_groups: int, budget: float,
+                 budget_name: str) -> tuple[float, float]:
+    """Refuses (PrivacyParameterError) inputs a mechanism cannot calibrate in floats.
+
+    Args:
+        linf: the per-group sensitivity: finite and positive (an int may be huge: it must
+            still fit a double).
+        max_groups: groups per user: a positive integer at most 2^53 (exact as a float).
+        budget: the statistic's epsilon (or rho): finite and positive.
+        budget_name: ``"epsilon"`` or ``"rho"``, for the message.
+
+    Returns:
+        ``linf`` and ``budget`` as floats.
+    """
+    if isinstance(max_groups, bool) or not isinstance(max_groups, int | np.integer) or not (
+            1 <= max_groups <= 2**53):
+        raise PrivacyParameterError(
+            f"max_groups must be a positive integer at most 2^53, got {max_groups!r}")
+    try:
+        linf_f = float(linf)
+    except (OverflowError, TypeError, ValueError):
+        linf_f = math.nan
+    if not (math.isfinite(linf_f) and linf_f > 0):
+        raise PrivacyParameterError(
+            "a statistic's sensitivity is not a positive finite number: the value bounds "
+            "(times max_rows) are too large to calibrate noise; narrow them")
+    try:
+        budget_f = float(budget)
+    except (OverflowError, TypeError, ValueError):
+        budget_f = math.nan
+    if not (math.isfinite(budget_f) and budget_f > 0):
+        raise PrivacyParameterError(
+            f"a statistic's share of the budget ({budget_name}) is not a positive finite "
+            "number")
+    return linf_f, budget_f
+
+
+def check_scale(scale: float, what: str) -> float:
+    """``scale`` if it lies in [MIN_SCALE, MAX_SCALE]; else PrivacyParameterError."""
+    if not MIN_SCALE <= scale <= MAX_SCALE:  # also refuses nan
+        raise PrivacyParameterError(
+            f"{what} gives a noise scale of {scale:.3g}, outside the range dpsql calibrates "
+            f"([{MIN_SCALE:.3g}, {MAX_SCALE:.3g}]): raise epsilon, lower max_groups or "
+            "max_rows, or narrow the value bounds")
+    return scale
 
 
 class DiscreteLaplace:
@@ -42,8 +101,10 @@ class DiscreteLaplace:
     integer = True
 
     def __init__(self, scale: float):
-        if not scale > 0 or not math.isfinite(scale):
-            raise ValueError(f"scale must be positive and finite, got {scale}")
+        if not MIN_UNITS <= scale <= MAX_UNITS:  # also refuses nan and inf
+            raise PrivacyParameterError(
+                f"discrete Laplace noise of scale {scale:.3g} is outside the exact "
+                f"sampler's range [2^-40, 2^48]: raise epsilon or lower max_groups")
         self.t, self.s = rational_scale(float(scale))
         self.scale = self.t / self.s
 
@@ -54,11 +115,15 @@ class DiscreteLaplace:
         """Smallest integer ``t`` with ``P(|Z| > t) <= alpha``.
 
         With ``q = exp(−1/scale)``: ``P(|Z| >= m) = 2 q^m / (1 + q)`` for ``m >= 1``.
+        ``log q = −s/t`` is taken exactly, not as ``log(exp(−s/t))``, which loses the
+        relative precision of ``1 − q`` for large scales (and is 0 once ``q`` rounds to 1).
         """
+        if not 0 < alpha < 1:
+            raise PrivacyParameterError(f"alpha must be in (0, 1), got {alpha!r}")
         q = math.exp(-self.s / self.t)
         if q == 0.0:  # scale so small that P(Z != 0) underflows
             return 0
-        m = math.ceil(math.log(alpha * (1 + q) / 2) / math.log(q))
+        m = math.ceil(math.log(alpha * (1 + q) / 2) * self.t / -self.s)
         return max(m - 1, 0)
 
     def sample(self, n: int) -> np.ndarray:
@@ -100,6 +165,8 @@ class Grid:
     units: DiscreteLaplace
 
     def __init__(self, units, k: int, width: int = 1):
+        if not -1000 <= k <= 1000:  # 2^k a normal double, its multiples too
+            raise PrivacyParameterError(f"grid 2^{k} is outside the range of a double")
         self.units = units
         self.k = k
         self.grid = 2.0**k
@@ -121,11 +188,19 @@ class Grid:
         if any(isinstance(v, int) and abs(v) > 2**53 for v in values):
             # huge exact integers: round to the grid exactly, without a float detour
             step = Fraction(2) ** self.k
-            return [float((round(Fraction(v) / step) + int(z)) * step)
+            return [_to_float((round(Fraction(v) / step) + int(z)) * step)
                     for v, z in zip(values, noise.tolist(), strict=True)]
         # v / 2^k is exact; rint rounds half to even, as the privacy maps allow
         rounded = np.rint(np.asarray(values, dtype=np.float64) / self.grid)
         return ((rounded + noise.astype(np.float64)) * self.grid).tolist()
+
+
+def _to_float(value: Fraction) -> float:
+    """A noisy exact value as a float; beyond the double range, ±inf (post-processing)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 class GridLaplace(Grid):
@@ -174,10 +249,10 @@ def laplace(
     >>> m.privacy_map(1000.0, 2) <= 0.5, round(m.scale)
     (True, 4002)
     """
-    if not epsilon > 0:
-        raise ValueError("epsilon must be positive")
-    if integer and max_groups * linf / epsilon < _INTEGER_SCALE_LIMIT:
-        return DiscreteLaplace(max_groups * linf / epsilon)
-    k = math.floor(math.log2(max_groups * linf / epsilon)) - 12
+    linf, epsilon = check_inputs(linf, max_groups, epsilon, "epsilon")
+    scale = check_scale(max_groups * linf / epsilon, "max_groups · sensitivity / epsilon")
+    if integer and scale < _INTEGER_SCALE_LIMIT:
+        return DiscreteLaplace(scale)
+    k = math.floor(math.log2(scale)) - 12
     units = max_groups * (math.floor(linf / 2.0**k) + width) / epsilon
     return GridLaplace(units, k, width)

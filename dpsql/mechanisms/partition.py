@@ -25,21 +25,31 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from dpsql.mechanisms.laplace import DiscreteLaplace
+from dpsql.errors import PrivacyParameterError
+from dpsql.mechanisms.laplace import MAX_UNITS, DiscreteLaplace, check_inputs
 
 
 class LaplaceThreshold:
     """Noisy user counts with a release threshold; costs (ε, δ)."""
 
     def __init__(self, epsilon: float, delta: float, max_groups: int):
-        if not epsilon > 0 or not 0 < delta < 1:
-            raise ValueError("partition selection needs epsilon > 0 and 0 < delta < 1")
-        self.epsilon, self.delta, self.max_groups = epsilon, delta, max_groups
+        _, epsilon = check_inputs(1.0, max_groups, epsilon, "epsilon")
+        if not (isinstance(delta, int | float) and 0 < delta < 1):
+            raise PrivacyParameterError(
+                f"partition selection needs 0 < delta < 1, got delta = {delta!r}")
+        if max_groups / epsilon > MAX_UNITS:
+            raise PrivacyParameterError(
+                f"partition selection needs noise of scale max_groups / epsilon = "
+                f"{max_groups / epsilon:.3g}, above the exact sampler's limit 2^48 (no key "
+                "could clear its threshold anyway): raise epsilon or lower max_groups")
+        self.epsilon, self.delta, self.max_groups = epsilon, float(delta), max_groups
         self.noise = DiscreteLaplace(max_groups / epsilon)
-        q = math.exp(-1.0 / self.noise.scale)
+        # log q = −s/t exactly: log(exp(−s/t)) loses 1 − q's precision for large scales
+        log_q = -self.noise.s / self.noise.t
+        q = math.exp(log_q)
         # smallest integer m = τ − 1 >= 1 with G · q^m / (1 + q) <= δ (q underflows to 0
         # for tiny scales: then no noise is ever drawn and m = 1 suffices)
-        m = 1 if q == 0.0 else math.ceil(math.log(delta * (1 + q) / max_groups) / math.log(q))
+        m = 1 if q == 0.0 else math.ceil(math.log(self.delta * (1 + q) / max_groups) / log_q)
         self.threshold = max(m, 1) + 1
 
     def privacy_map(self) -> tuple[float, float]:

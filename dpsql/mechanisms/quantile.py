@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpsql.errors import UnboundedExpressionError
+
 #: Most bins of one histogram: finer bins mean more noise in each prefix sum.
 MAX_BINS = 64
 
@@ -54,10 +56,19 @@ class Bins:
 
     @classmethod
     def for_interval(cls, lower: float, upper: float, integer: bool) -> Bins:
+        try:
+            finite = math.isfinite(lower) and math.isfinite(upper) and lower <= upper
+        except OverflowError:  # an int beyond the double range
+            finite = False
+        if not finite:
+            raise UnboundedExpressionError(
+                "a quantile needs finite value bounds (lower <= upper) within the range of "
+                "a double")
         if integer:
             values = int(upper) - int(lower) + 1
-            step = math.ceil(values / MAX_BINS)
-            return cls(lower, upper, math.ceil(values / step), True, step)
+            # integer ceilings: values / MAX_BINS in floats loses whole numbers past 2^53
+            step = -(-values // MAX_BINS)
+            return cls(lower, upper, -(-values // step), True, step)
         if upper <= lower:
             return cls(lower, upper, 1, False, 0.0)
         # the step of a float range; edges below are computed without overflow
