@@ -65,7 +65,11 @@ KEYWORDS = frozenset({
     "YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "DOW", "ISODOW", "DOY", "DAYOFWEEK",
     "DAYOFYEAR", "HOUR", "MINUTE", "SECOND", "EPOCH", "ISOYEAR", "WEEKDAY",
     "DAY_OF_WEEK", "DAY_OF_YEAR", "DAYOFMONTH", "MILLISECOND", "MICROSECOND",
+    "YEARS", "QUARTERS", "MONTHS", "WEEKS", "DAYS", "HOURS", "MINUTES", "SECONDS",
 })
+#: Nodes whose date part sqlglot may write back as raw text, and the argument holding it.
+_PART_SLOTS = {exp.Extract: "this", exp.TimestampTrunc: "unit", exp.DateTrunc: "unit",
+               exp.Interval: "unit"}
 #: Functions sqlglot does not model (kept as anonymous calls) that dpsql writes.
 FUNCTIONS = frozenset({
     "hash", "dpsql_hash", "dpsql_fmod", "hashtextextended", "xxhash64", "pg_input_is_valid",
@@ -121,6 +125,17 @@ def _closed(tree: exp.Expression, tables: set[str] | None, names: set[str]) -> s
     for node in tree.walk():
         if isinstance(node, _STATEMENTS):
             return f"a {type(node).__name__} node"
+        if isinstance(node, exp.Subquery) and not isinstance(
+                node.parent, exp.From | exp.Join | exp.In | exp.CTE):
+            return "a scalar subquery"  # dpsql builds subqueries only in FROM and IN
+        if isinstance(node, exp.Select) and node is not tree and not isinstance(
+                node.parent, exp.Subquery | exp.CTE | exp.Union | exp.In):
+            return "a SELECT outside FROM, IN, WITH or UNION"
+        if type(node) in _PART_SLOTS:
+            part = node.args.get(_PART_SLOTS[type(node)])
+            if part is not None and not (isinstance(part, exp.Var | exp.Literal)
+                                         and str(part.this).upper() in KEYWORDS):
+                return "a date part outside the fixed list"
         if isinstance(node, exp.DataType):
             if node.this not in TYPES:
                 return f"type {node.this.name}"

@@ -79,7 +79,11 @@ TYPES = frozenset({
 DATE_PARTS = frozenset({
     "YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "DOW", "ISODOW", "DOY", "DAYOFWEEK",
     "DAYOFYEAR", "HOUR", "MINUTE", "SECOND",
+    "YEARS", "QUARTERS", "MONTHS", "WEEKS", "DAYS", "HOURS", "MINUTES", "SECONDS",
 })
+#: Nodes whose date part sqlglot may write back as raw text, and the argument holding it.
+_PART_SLOTS = {exp.Extract: "this", exp.TimestampTrunc: "unit", exp.DateTrunc: "unit",
+               exp.Interval: "unit"}
 #: Names of tables, aliases and columns that need no quoting anywhere.
 SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 #: Text a backend would rewrite after dpsql checked it (Spark's ``${...}`` variable
@@ -142,6 +146,8 @@ def _check_payload(node: exp.Expression, root: exp.Select, limits: Limits) -> No
     elif isinstance(node, exp.DataTypeParam):
         if not isinstance(node.parent, exp.DataType):
             raise UnsupportedQueryError("type parameters are allowed only in a type")
+    elif type(node) in _PART_SLOTS:
+        _check_part(node)
     elif isinstance(node, exp.Var):
         if node.name.upper() not in DATE_PARTS:
             raise UnsupportedQueryError(
@@ -157,6 +163,12 @@ def _check_payload(node: exp.Expression, root: exp.Select, limits: Limits) -> No
             raise UnsupportedQueryError(
                 "literals may not contain '${' (a backend would substitute it) or control "
                 "characters")
+        if "\\" in text:
+            # backends disagree on backslashes (PostgreSQL with standard_conforming_strings
+            # off, Spark, LIKE's default escape): one text, two meanings
+            raise UnsupportedQueryError(
+                "backslashes in string literals are not supported: the backends read them "
+                "differently")
         if not node.is_string and not _NUMBER.fullmatch(text):
             raise UnsupportedQueryError(f"number literal {_short(text)!r} is not a number")
     elif isinstance(node, exp.Identifier):
@@ -176,6 +188,35 @@ def _check_payload(node: exp.Expression, root: exp.Select, limits: Limits) -> No
                 f"name {_short(name)!r} is not allowed: table, alias and column names "
                 "are letters, digits and underscores (only output column aliases may "
                 "be other quoted text)")
+
+
+def _check_part(node: exp.Expression) -> None:
+    """A date part is a keyword of :data:`DATE_PARTS`: a string one becomes that keyword.
+
+    sqlglot keeps ``EXTRACT('<text>' FROM d)`` as a string but some dialects write it
+    back as a bare keyword, i.e. as raw SQL: only a known part is let through, as a
+    keyword dpsql writes itself. An INTERVAL's amount is a whole-number literal.
+    """
+    slot = _PART_SLOTS[type(node)]
+    part = node.args.get(slot)
+    if part is None and isinstance(node, exp.Interval):
+        raise UnsupportedQueryError("an INTERVAL needs a unit (e.g. INTERVAL 3 DAY)")
+    text = part.name.upper() if isinstance(part, exp.Var | exp.Literal) else None
+    if isinstance(part, exp.Literal) and not part.is_string:
+        text = None
+    if text not in DATE_PARTS:
+        shown = _short(part.sql(dialect="duckdb")) if part is not None else "none"
+        raise UnsupportedQueryError(
+            f"date part {shown!r} is not supported; use one of "
+            f"{', '.join(sorted(DATE_PARTS))}")
+    if not isinstance(part, exp.Var):
+        node.set(slot, exp.var(text))
+    if isinstance(node, exp.Interval):
+        amount = node.this
+        if not (isinstance(amount, exp.Literal) and re.fullmatch(r"-?[0-9]{1,9}",
+                                                                  amount.name.strip())):
+            raise UnsupportedQueryError(
+                "an INTERVAL's amount must be a whole-number literal (INTERVAL 3 DAY)")
 
 
 _NUMBER = re.compile(r"[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-]?[0-9]+)?")

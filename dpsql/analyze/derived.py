@@ -77,6 +77,8 @@ def derive(subquery: exp.Subquery, catalog: Catalog, unique=None):
     alias = (subquery.alias or "").lower()
     if not alias:
         raise UnsupportedQueryError("a subquery in FROM needs an alias")
+    if alias.startswith("__"):
+        raise UnsupportedQueryError(f"aliases starting with '__' are reserved: {alias!r}")
     for key in ("order", "limit", "offset", "distinct"):
         if inner.args.get(key):
             raise UnsupportedQueryError(

@@ -118,6 +118,8 @@ class Scope:
         """Normalises a column reference; None if no table has the column."""
         name = col.name.lower()
         if col.table:
+            if col.table.startswith("__"):  # dpsql's own hidden joins are not the analyst's
+                raise UnknownTableError(f"table or alias {col.table!r} is not in FROM")
             src = self.source(col.table.lower())
             if not src.table.has_column(name):
                 raise UnknownColumnError(
@@ -231,7 +233,8 @@ def _source(node: exp.Expression, catalog: Catalog, kind: str, on, unique=None) 
         from dpsql.analyze.derived import derive
 
         table, sql, inner, per_user = derive(node, catalog, unique)
-        source = Source(table.name, table, kind, on, derived=sql,
+        alias = sql.alias.lower()  # the SQL's alias; table.name is a fresh internal name
+        source = Source(alias, table, kind, on, derived=sql,
                         reads=[s.table for s in inner.sources if s.derived is None]
                         + [t for s in inner.sources for t in s.reads], inner=inner,
                         per_user=per_user)
@@ -386,6 +389,12 @@ def _attach_users(scope: Scope, catalog: Catalog, unique=None) -> None:
             for col, ref_table, ref_col in steps[:-1]:
                 alias = f"__u{len(hidden)}"
                 target = catalog.table(ref_table)
+                types = {prev.table.column(col).type, target.column(ref_col).type}
+                if len(types) != 1 or not types <= set(EXACT_TYPES):
+                    raise UnsupportedQueryError(
+                        f"the foreign-key step {prev.table.name}.{col} -> {ref_table}."
+                        f"{ref_col} joins columns of types {' and '.join(sorted(types))}: "
+                        "a user is attached only through equal values of one exact type")
                 on = exp.EQ(this=exp.column(col, table=prev.alias),
                             expression=exp.column(ref_col, table=alias))
                 h = Source(alias, target, "left" if s.kind == "left" else "inner", on,
@@ -427,10 +436,7 @@ def _same_user_equalities(scope: Scope):
       values of one column would match one value of the other.
     """
     def typed(eq):
-        try:
-            return scope.column_type(eq[0]) == scope.column_type(eq[1])
-        except (KeyError, UnknownTableError):
-            return False
+        return _same_exact_type(scope, *eq)
 
     for s in scope.sources[1:]:
         if s.kind != "left" and s.on is not None:
@@ -446,6 +452,20 @@ def _same_user_equalities(scope: Scope):
                         or not typed(eq):
                     continue
                 yield s, eq
+
+
+#: Catalog types whose equal values are one value: ``=`` between two columns of one of
+#: these types matches exactly the identical values (no float rounding: 2^53 and
+#: 2^53 + 1 are one DOUBLE; strings compare bytes, collated columns being refused).
+EXACT_TYPES = ("int", "string", "date", "bool", "timestamp")
+
+
+def _same_exact_type(scope: Scope, a: exp.Column, b: exp.Column) -> bool:
+    try:
+        ta, tb = scope.column_type(a), scope.column_type(b)
+    except (KeyError, UnknownTableError):
+        return False
+    return ta == tb and ta in EXACT_TYPES
 
 
 def _one_to_one_public_joins(scope: Scope, unique) -> None:
@@ -466,7 +486,7 @@ def _one_to_one_public_joins(scope: Scope, unique) -> None:
                 "to it: a public table first could repeat one person's row")
         proven = unique is not None and s.on is not None and any(
             mine.table == s.alias and other.table != s.alias and not s.table.derived
-            and unique(s.table.name, mine.name)
+            and _same_exact_type(scope, mine, other) and unique(s.table.name, mine.name)
             for a, b in column_equalities(s.on) for mine, other in ((a, b), (b, a)))
         if not proven:
             raise UnsupportedQueryError(

@@ -213,3 +213,41 @@ def test_a_case_insensitive_column_is_refused():
     out = check_world(world, "SELECT name, COUNT(*) FROM t GROUP BY name", delta=1e-6)
     assert_sound(out, answered=False)
     assert "collation" in (out.refusal or "")
+
+
+# -- found by the review of this change ----------------------------------------------------
+
+def test_one_to_one_public_join_needs_one_exact_type():
+    """A DOUBLE key meets two BIGINT keys of a PRIMARY KEY (2^53 and 2^53 + 1)."""
+    catalog = {"dataset": "r", "budget": {"epsilon": 1e9, "delta": 0.5}, "tables": {
+        "patients": {"row_privacy": True, "columns": {
+            "x": "float", "age": {"type": "int", "lower": 0, "upper": 100}}},
+        "ub": {"public": True, "columns": {
+            "b": "int", "label": {"type": "string", "values": ["x", "y", "z"]}}}}}
+    world = World(catalog, [
+        "CREATE TABLE patients (x DOUBLE, age INTEGER)",
+        "CREATE TABLE ub (b BIGINT PRIMARY KEY, label VARCHAR)",
+    ], [
+        "INSERT INTO patients VALUES (1, 5), (2, 7)",
+        "INSERT INTO ub VALUES (9007199254740992, 'x'), (9007199254740993, 'y'), "
+        "(9007199254740994, 'z'), (1, 'x')",
+    ], ["INSERT INTO patients VALUES (9007199254740992, 90)"])
+    for sql in ["SELECT COUNT(*) FROM patients p JOIN ub u ON u.b = p.x",
+                "SELECT u.label, COUNT(*) FROM patients p JOIN ub u ON u.b = p.x "
+                "GROUP BY u.label"]:
+        assert_sound(check_world(world, sql), answered=False)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT d.c, COUNT(*) FROM (SELECT pid, COUNT(*) AS c FROM visits GROUP BY pid) d "
+    "JOIN visits v ON v.pid = d.pid GROUP BY d.c",
+    "SELECT c, COUNT(*) FROM (SELECT pid AS dpid, COUNT(*) AS c FROM visits GROUP BY pid) d "
+    "JOIN visits v ON v.pid = dpid GROUP BY c",
+])
+def test_derived_tables_join_under_their_own_alias(sql):
+    assert_sound(check_world(PV, sql), answered=True)
+
+
+def test_hidden_joins_cannot_be_named():
+    out = check_world(PV, "SELECT COUNT(*) FROM visits WHERE __u0.pid = 1")
+    assert_sound(out, answered=False)

@@ -35,6 +35,13 @@ INJECTIONS = [
     # a bare keyword carrying text
     'SELECT COUNT(*) FROM pums WHERE EXTRACT("year FROM age); SELECT 1 --" FROM age) > 1',
     'SELECT COUNT(*) FROM pums WHERE EXTRACT("EPOCH" FROM age) > 1',
+    # a date part as a string, which Spark's writer prints as a bare keyword (review)
+    "SELECT COUNT(*) FROM pums WHERE EXTRACT('YEAR FROM age) * 0 + (SELECT MAX(age) FROM "
+    "pums WHERE pid = 17) - 60 + EXTRACT(YEAR' FROM age) > 1",
+    "SELECT COUNT(*) FROM pums WHERE date_trunc('month) FROM pums; SELECT (1', age) IS NULL",
+    "SELECT COUNT(*) FROM pums WHERE age > age + INTERVAL (age) DAY",
+    # backslashes: PostgreSQL without standard_conforming_strings reads them as escapes
+    "SELECT COUNT(*) FROM pums WHERE CAST(age AS VARCHAR) = 'x\\' OR 'a' = ' OR 1 = 1 --'",
     # nested and parameterised types
     "SELECT COUNT(*) FROM pums GROUP BY CAST(age AS INT[])",
     "SELECT COUNT(*) FROM pums GROUP BY CAST(age AS STRUCT(a INT))",
@@ -78,6 +85,11 @@ PAYLOADS = {
     "bare keyword": lambda c: exp.Extract(this=exp.var("YEAR FROM pid); SELECT 1; --"),
                                           expression=c),
     "anonymous function": lambda c: exp.Anonymous(this="read_csv", expressions=[c]),
+    "date part as text": lambda c: exp.Extract(
+        this=exp.Literal.string("YEAR FROM pid) * 0 + (SELECT 1) + EXTRACT(YEAR"),
+        expression=c),
+    "scalar subquery": lambda c: exp.Add(this=c, expression=exp.select("1").from_(
+        "pums").subquery()),
     "odd name": lambda c: exp.column("x; SELECT 1", quoted=False),
     "table function": lambda c: exp.In(this=c, query=exp.select("x").from_(
         "information_schema.tables")),
