@@ -44,7 +44,9 @@ class Limits:
     max_depth: int = 100
     #: Most aggregate calls in one query (each becomes one or more statistics).
     max_aggregates: int = 100
-    #: Most quantile aggregates (MEDIAN, PERCENTILE_CONT, MIN, MAX...) in one query.
+    #: Most different expressions one query asks quantiles of (MEDIAN, PERCENTILE_CONT,
+    #: MIN, MAX...): each is a histogram of up to 64 noisy bins; quantiles of the same
+    #: expression share one.
     max_quantiles: int = 10
     #: Most noisy statistics in one query.
     max_statistics: int = 200

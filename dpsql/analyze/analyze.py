@@ -35,6 +35,8 @@ from dpsql.errors import (
     UnknownColumnError,
     UnsupportedQueryError,
 )
+from dpsql.limits import DEFAULT as DEFAULT_LIMITS
+from dpsql.limits import Limits
 from dpsql.mechanisms import Constant, LaplaceThreshold, laplace
 from dpsql.mechanisms.gaussian import gaussian, rho_for
 from dpsql.mechanisms.quantile import Bins
@@ -42,11 +44,12 @@ from dpsql.validate import AGGREGATES, QUANTILES
 
 _VARIANCES = (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop)
 
-#: Most noisy statistics in one query (each costs a share of the budget anyway).
-MAX_STATISTICS = 200
+#: Most noisy statistics in one query, by default (the owner's ``max_statistics``).
+MAX_STATISTICS = DEFAULT_LIMITS.max_statistics
 
-#: Largest number of group keys released from public domains in one query.
-MAX_DOMAIN_CELLS = 1_000_000
+#: Most group keys released from public domains in one query, by default (the owner's
+#: ``max_domain_cells``).
+MAX_DOMAIN_CELLS = DEFAULT_LIMITS.max_domain_cells
 
 _INTERVAL_FUNCS = (exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Round,
                    exp.Floor, exp.Ceil, exp.Cast, exp.TryCast, exp.Abs, exp.Least,
@@ -121,6 +124,7 @@ def analyze(
     out_names = [_output_name(e) for e in select.expressions]
     select = _qualify(select, scope, set(out_names))
     a = _Analysis(scope, R, bool(one_row))
+    a.limits = catalog.limits
 
     where = select.args.get("where")
     where = where.this if where else None
@@ -153,10 +157,10 @@ def analyze(
 
     public = all(k.domain is not None for k in keys)
     domain_size = math.prod(len(k.domain) for k in keys if k.domain is not None)
-    if public and domain_size > MAX_DOMAIN_CELLS:
+    if public and domain_size > catalog.limits.max_domain_cells:
         raise UnsupportedQueryError(
             f"GROUP BY over public domains has {domain_size} key combinations; "
-            f"the limit is {MAX_DOMAIN_CELLS}"
+            f"the limit is {catalog.limits.max_domain_cells} (max_domain_cells)"
         )
     # every key a function of the user (see determined.py): one group per user
     single_group = bool(one_row)
@@ -261,6 +265,9 @@ def analyze(
 class _Analysis:
     """Collects statistics and cells while the query's expressions are rewritten."""
 
+    #: the owner's resource limits (analyze() sets the catalog's)
+    limits: Limits = DEFAULT_LIMITS
+
     def __init__(self, scope: Scope, max_rows: int, one_row: bool = False):
         self.scope = scope
         self.table = scope.primary
@@ -292,9 +299,18 @@ class _Analysis:
         key = candidate.key()
         if key in self._by_key:
             return self._by_key[key]
-        if len(self.stats) >= MAX_STATISTICS:
+        limits = self.limits
+        if len(self.stats) >= limits.max_statistics:
             raise UnsupportedQueryError(
-                f"the query needs more than {MAX_STATISTICS} noisy statistics; split it")
+                f"the query needs more than {limits.max_statistics} noisy statistics "
+                "(max_statistics); split it")
+        if kind == "hist" and sum(s.kind == "hist" for s in self.stats) >= limits.max_quantiles:
+            # each is a histogram of up to 64 noisy bins, i.e. 64 columns to rewrite,
+            # compute and noise: refused here, before any of that is built
+            raise UnsupportedQueryError(
+                f"the query asks quantiles (MEDIAN, PERCENTILE_CONT, MIN, MAX...) of more "
+                f"than {limits.max_quantiles} different expressions (max_quantiles); "
+                "quantiles of the same expression cost one")
         self._by_key[key] = candidate
         if kind in ("sum", "sumsq"):
             shifted = Interval(interval.lower - center, interval.upper - center, candidate.integer)
@@ -627,31 +643,63 @@ def _output_name(item: exp.Expression) -> str:
 
 #: Accepted range of a query's epsilon (beyond it, noise scales over- or underflow).
 EPSILON_RANGE = (1e-9, 1e9)
+#: Smallest positive delta: log(1/δ) stays below 231, and subnormal deltas (where
+#: 1/δ overflows and the zCDP conversion breaks down) never reach the accounting.
+MIN_DELTA = 1e-100
+#: Largest per-query override of max_groups or max_rows: far above any useful bound, and
+#: small enough that every product with a value bound stays an exact, finite double.
+MAX_CONTRIBUTION = 10**6
 
 
 def _privacy_parameters(epsilon: float, delta: float) -> tuple[float, float]:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float):
-        raise PrivacyParameterError(f"epsilon must be a number, got {epsilon!r}")
-    if isinstance(delta, bool) or not isinstance(delta, int | float):
-        raise PrivacyParameterError(f"delta must be a number, got {delta!r}")
-    try:
-        epsilon, delta = float(epsilon), float(delta)
-    except OverflowError:
-        raise PrivacyParameterError("epsilon and delta must be finite numbers") from None
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise PrivacyParameterError(f"epsilon must be a positive finite number, got {epsilon}")
+    """The query's (ε, δ) as floats, range-checked; PrivacyParameterError names the bad one.
+
+    ε is finite and in :data:`EPSILON_RANGE`; δ is 0, or in [:data:`MIN_DELTA`, 1).
+    """
+    epsilon = _number(epsilon, "epsilon")
+    delta = _number(delta, "delta")
+    if not epsilon > 0:
+        raise PrivacyParameterError(f"epsilon must be a positive finite number, got {epsilon:g}")
     if not EPSILON_RANGE[0] <= epsilon <= EPSILON_RANGE[1]:
         raise PrivacyParameterError(
             f"epsilon must be between {EPSILON_RANGE[0]:g} and {EPSILON_RANGE[1]:g}, "
             f"got {epsilon:g}")
-    if not (math.isfinite(delta) and 0 <= delta < 1):
-        raise PrivacyParameterError(f"delta must be in [0, 1), got {delta}")
+    if not 0 <= delta < 1:
+        raise PrivacyParameterError(f"delta must be in [0, 1), got {delta:g}")
+    if 0 < delta < MIN_DELTA:
+        raise PrivacyParameterError(
+            f"delta must be 0 or at least {MIN_DELTA:g}, got {delta:g}")
     return epsilon, delta
 
 
+def _number(value, name: str) -> float:
+    """``value`` as a finite float; PrivacyParameterError naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PrivacyParameterError(f"{name} must be a number, got {type(value).__name__}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond the double range
+        number = math.inf
+    if not math.isfinite(number):
+        kind = "not a number" if math.isnan(number) else "not finite"
+        raise PrivacyParameterError(
+            f"{name} must be a positive finite number, got a value that is {kind}"
+            if name == "epsilon" else f"{name} must be in [0, 1), got a value that is {kind}")
+    return number
+
+
 def _positive_int(value: int | None, name: str, default: int) -> int:
+    """A per-query contribution bound: a whole number in [1, :data:`MAX_CONTRIBUTION`]."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PrivacyParameterError(f"{name} must be a positive integer, got {value!r}")
+        # no repr of a huge int (str() of one over 4300 digits raises) or of long text
+        small = isinstance(value, float) or (
+            isinstance(value, int) and value.bit_length() <= 64)
+        shown = repr(value) if small else type(value).__name__
+        raise PrivacyParameterError(f"{name} must be a positive integer, got {shown}")
+    if value > MAX_CONTRIBUTION:
+        raise PrivacyParameterError(
+            f"{name} must be at most {MAX_CONTRIBUTION:,}"
+            + (f", got {value:,}" if value.bit_length() <= 64 else ", got a larger number"))
     return value

@@ -72,8 +72,9 @@ class DiscreteGaussian:
         """
         if not 0 < alpha < 1:
             raise PrivacyParameterError(f"alpha must be in (0, 1), got {alpha!r}")
-        if self.sigma > 1000:
-            return math.ceil(self.sigma * NormalDist().inv_cdf(1 - alpha / 2)) + 1
+        if self.sigma > 1000 or alpha < 1e-12:  # the pmf's sums resolve no finer level
+            # −Φ⁻¹(α/2), not Φ⁻¹(1 − α/2): 1 − α/2 rounds to 1 for α < 1e-16
+            return math.ceil(self.sigma * -NormalDist().inv_cdf(alpha / 2)) + 1
         span = int(self.sigma * 40) + 10
         z = np.arange(-span, span + 1)
         pmf = np.exp(-(z.astype(float) ** 2) / (2 * self.sigma**2))

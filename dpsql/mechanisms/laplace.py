@@ -123,7 +123,8 @@ class DiscreteLaplace:
         q = math.exp(-self.s / self.t)
         if q == 0.0:  # scale so small that P(Z != 0) underflows
             return 0
-        m = math.ceil(math.log(alpha * (1 + q) / 2) * self.t / -self.s)
+        # log(α(1 + q)/2) as a sum of logs: the product underflows for a tiny α
+        m = math.ceil((math.log(alpha) + math.log1p(q) - math.log(2)) * self.t / -self.s)
         return max(m - 1, 0)
 
     def sample(self, n: int) -> np.ndarray:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpsql.errors import UnboundedExpressionError
+from dpsql.errors import PrivacyParameterError, UnboundedExpressionError
 
 #: Most bins of one histogram: finer bins mean more noise in each prefix sum.
 MAX_BINS = 64
@@ -159,7 +159,9 @@ def edge_errors(mechanism, q: float, count: int, alpha: float) -> np.ndarray:
     """
     k = np.arange(count + 1, dtype=np.float64)
     high, low = k, count - k  # coordinates weighted (1 − q) and q
-    log_2_over_alpha = math.log(2 / alpha)
+    if not 0 < alpha < 1:
+        raise PrivacyParameterError(f"alpha must be in (0, 1), got {alpha!r}")
+    log_2_over_alpha = math.log(2) - math.log(alpha)  # 2/α overflows for a tiny α
     grid = getattr(mechanism, "grid", None)
     units = getattr(mechanism, "units", mechanism)
     g = grid if grid is not None else 1.0
