@@ -202,3 +202,40 @@ def test_fuzz_payload_positions(recording_conn, monkeypatch, template, text):
         parsed = sqlglot.parse(final, read="duckdb")
         assert len(parsed) == 1 and isinstance(parsed[0], exp.Select)
         assert parsed[0].sql(dialect="duckdb") == final
+
+
+# -- every backend: the output check runs in each backend's own dialect --------------------
+
+from tests.test_backends import (  # noqa: E402  (the shared backend matrix and its fixtures)
+    BACKENDS,
+    _database,
+    _pums_catalog,
+    backends,  # noqa: F401
+    source,  # noqa: F401
+    spark_session,  # noqa: F401
+)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("payload", ["user-defined type", "date part as text", "odd name",
+                                     "scalar subquery"])
+def test_every_backend_refuses_an_injected_payload_free(kind, payload, backends,  # noqa: F811
+                                                        monkeypatch):
+    conn = dpsql.connect(_database(kind, backends), catalog=_pums_catalog(),
+                         budget=(10.0, 1e-5), ledger=":memory:")
+    try:
+        rules = (*rewrite_module.RULES, _inject(PAYLOADS[payload]))
+        monkeypatch.setattr("dpsql.engine.rewrite",
+                            lambda plan: rewrite_module.rewrite(plan, rules))
+        # the output check refuses it, or the backend's dialect layer before it: free
+        with pytest.raises((UnsupportedQueryError, dpsql.BackendError)) as info:
+            conn.execute("SELECT sex, COUNT(*) FROM pums WHERE age > 30 GROUP BY sex",
+                         epsilon=1.0)
+        assert info.value.charged is False
+        assert conn.budget.spent == (0.0, 0.0)
+        monkeypatch.undo()
+        res = conn.execute("SELECT sex, COUNT(*) FROM pums WHERE age > 30 GROUP BY sex",
+                           epsilon=1.0)
+        assert [r[0] for r in res.rows] == [0, 1]
+    finally:
+        conn.close()
