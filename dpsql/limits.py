@@ -54,8 +54,17 @@ class Limits:
     max_domain_cells: int = 1_000_000
     #: Most input combinations evaluated in process for one public-domain image.
     max_domain_inputs: int = 100_000
-    #: Longest string any in-process evaluation may produce (characters).
+    #: Longest string any value of a query may reach (characters), bounded a priori
+    #: from the query: REPLACE multiplies lengths, || adds them. Data strings without a
+    #: ``values`` list count as length 1, so for them it bounds the growth factor.
     max_value_length: int = 10_000
+    #: Most work of evaluating one public-domain image in process: input combinations
+    #: times the summed length bounds of the expression's nodes (at least 8 per node).
+    #: Over it, the key is not enumerated and comes from the data instead.
+    max_domain_work: int = 20_000_000
+    #: Most characters of one public-domain image (its keys are inlined into the SQL as
+    #: literals); over it, the key comes from the data instead.
+    max_domain_chars: int = 1_000_000
     #: Seconds a backend may spend on one statement, where it can enforce it (0: none).
     statement_timeout_seconds: float = 600.0
 

@@ -2,8 +2,13 @@
 
 Free under DP's post-processing property: everything here reads only noisy values and
 released keys. The analyst's outer expressions, HAVING, ORDER BY and LIMIT run in a
-private in-memory DuckDB (:mod:`dpsql.scratch`) over the small table of released
-groups, so their SQL semantics are DuckDB's own. Error bars are derived alongside in
+fresh private in-memory DuckDB per use (:mod:`dpsql.scratch`: nothing one query does
+there is seen by another) over the small table of released groups, so their SQL
+semantics are DuckDB's own. Only SQL that sqlglot writes from dpsql's own tree runs
+there, after the output check; the value lengths of the outer expressions are bounded
+before any of it runs (:func:`~dpsql.analyze.domains.check_value_lengths`: DuckDB's
+planner folds constant expressions, so a constant ``REPLACE`` chain would be built while
+merely binding). Error bars are derived alongside in
 Python by interval arithmetic: for an output that depends on ``m`` noisy statistics,
 each statistic's interval is taken at level ``α/m``, so by the union bound the
 output's interval holds with probability at least ``1 − α``.
@@ -19,11 +24,18 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql.analyze.domains import (
+    SCALAR_TEXT,
+    check_value_lengths,
+    column_text,
+    length_bounds,
+)
 from dpsql.analyze.plan import Cell, Plan
 from dpsql.errors import PostprocessError, UnsupportedQueryError
+from dpsql.limits import DEFAULT, Limits
 from dpsql.mechanisms import quantile
 from dpsql.noise import NoisyGroups
-from dpsql.scratch import scratch
+from dpsql.scratch import checked_sql, run, scratch
 
 ROW_ID = "__rid"
 #: MIN/MAX read a histogram bin as empty unless its noisy count clears the level that
@@ -89,12 +101,17 @@ def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
     for i, key in enumerate(plan.keys):
         data[key.name] = [g[i] for g in noisy.keys]
     data.update(cells)
-    table = pa.table(data) if n else _empty_table(plan)
+    try:
+        table = pa.table(data) if n else _empty_table(plan)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
+        # e.g. a key value beyond int64: depends on released values only
+        raise PostprocessError(
+            f"post-processing the noisy answer failed ({type(exc).__name__})") from None
 
     with scratch() as con:
         try:
             con.register("__noisy", table)
-            result = con.execute(postprocess_query(plan).sql(dialect="duckdb")).fetchall()
+            result = run(con, postprocess_query(plan), _names(plan))
         except duckdb.Error as exc:  # depends on noisy values only; the charge is kept
             raise PostprocessError(
                 f"post-processing the noisy answer failed ({type(exc).__name__})") from None
@@ -141,19 +158,35 @@ def postprocess_query(plan: Plan) -> exp.Select:
     return query
 
 
-def check_postprocess(plan: Plan, key_types: list[str]) -> None:
+def check_postprocess(plan: Plan, key_types: list[str], limits: Limits = DEFAULT) -> None:
     """Binds the outer query over an empty table of the right types; reads no data.
+
+    Before anything is bound, the length of every value the outer expressions can
+    compute is bounded from the plan alone (a constant ``REPLACE`` chain would otherwise
+    be folded by DuckDB's planner, gigabytes before the charge).
 
     Raises:
         UnsupportedQueryError: the outer part (output expressions, HAVING, ORDER BY,
-            LIMIT) cannot run, e.g. ``ORDER BY 0``; refused before any charge.
+            LIMIT) cannot run, e.g. ``ORDER BY 0``, could compute an over-long value, or
+            a group key has a type post-processing cannot hold; refused before any
+            charge.
     """
+    keys = _key_lengths(plan)
+
+    def leaf(col: exp.Column) -> int:
+        return keys.get(col.name, SCALAR_TEXT)
+
+    parts = [o.expr for o in plan.outputs] + [plan.having] + (
+        [o.this for o in plan.order.expressions] if plan.order is not None else [])
+    for part in parts:
+        if part is not None:
+            check_value_lengths(part, None, limits, length_bounds(part, leaf))
     columns = [f"{ROW_ID} BIGINT"]
-    columns += [f"{k.name} {t}" for k, t in zip(plan.keys, key_types, strict=True)]
+    columns += [f"{k.name} {_column_type(t)}" for k, t in zip(plan.keys, key_types, strict=True)]
     for cell in plan.cells:
         integer = cell.kind == "stat" and plan.stat(cell.stats[0]).integer
         columns.append(f"{cell.name} {'BIGINT' if integer else 'DOUBLE'}")
-    message = _bind(tuple(columns), postprocess_query(plan).sql(dialect="duckdb"))
+    message = _bind(tuple(columns), checked_sql(postprocess_query(plan), _names(plan)))
     if message is not None:
         for k in plan.keys:  # speak the analyst's names, not ours
             message = message.replace(k.name, k.expr.sql(dialect="duckdb"))
@@ -162,10 +195,60 @@ def check_postprocess(plan: Plan, key_types: list[str]) -> None:
             f"{message[:300]}")
 
 
+def _names(plan: Plan) -> frozenset[str]:
+    """Names the outer query may quote besides plain ones: the analyst's output names."""
+    return frozenset(o.name for o in plan.outputs)
+
+
+def _key_lengths(plan: Plan) -> dict[str, int]:
+    """The longest text of each group key's values, bounded from its domain or expression."""
+    out = {}
+    for k in plan.keys:
+        if k.domain is not None:
+            out[k.name] = max((len(v) if isinstance(v, str) else SCALAR_TEXT
+                               for v in k.domain), default=0)
+            continue
+        found = length_bounds(k.expr, lambda c: column_text(c, plan.scope.column))
+        bound = found.get(id(k.expr))
+        out[k.name] = SCALAR_TEXT if bound is None else bound
+    return out
+
+
+#: Nested types: no group key post-processing can hold (and no scalar to bind).
+_NESTED = {exp.DataType.Type.ARRAY, exp.DataType.Type.LIST, exp.DataType.Type.STRUCT,
+           exp.DataType.Type.MAP, exp.DataType.Type.UNION, exp.DataType.Type.USERDEFINED,
+           exp.DataType.Type.OBJECT, exp.DataType.Type.NESTED}
+
+
+def _column_type(type_name: str) -> str:
+    """A backend's type name of a key, re-written by sqlglot from its parsed type.
+
+    The text comes from the backend, not from dpsql: it is parsed and written again, so
+    only a type sqlglot models reaches the DDL (an ENUM is held as text: its values are
+    the backend's); anything else is refused before the charge.
+    """
+    try:
+        parsed = exp.DataType.build(type_name, dialect="duckdb")
+    except Exception:  # noqa: BLE001 - sqlglot raises several kinds on bad type text
+        parsed = None
+    if parsed is not None and parsed.this == exp.DataType.Type.ENUM:
+        parsed = exp.DataType.build("VARCHAR")
+    if parsed is None or parsed.this in _NESTED or any(
+            isinstance(n, exp.DataType) and n.this in _NESTED for n in parsed.walk()):
+        raise UnsupportedQueryError(
+            "a group key has a type the post-processing cannot hold; group by a "
+            "number, string, date or timestamp")
+    return parsed.sql(dialect="duckdb")
+
+
 # the verdict depends on the two arguments alone: repeated query shapes reuse it
 @functools.lru_cache(maxsize=512)
 def _bind(columns: tuple[str, ...], sql: str) -> str | None:
-    """DuckDB's first error line for the outer query over an empty table, or None."""
+    """DuckDB's first error line for the outer query over an empty table, or None.
+
+    ``columns`` are dpsql's generated names with types re-written by sqlglot
+    (:func:`_column_type`), ``sql`` passed the output check.
+    """
     with scratch() as con:
         try:
             con.execute(f"CREATE TEMP TABLE __noisy ({', '.join(columns)})")

@@ -13,9 +13,23 @@ appears, whatever the catalog claims. The rules, in order:
   that range;
 * any other expression whose columns all have a finite public domain — a ``values``
   list, a bool, or a date column with lower and upper dates — is evaluated on every
-  combination of those values (at most :data:`MAX_INPUTS`) in a private in-memory DuckDB,
-  reading no data: its image is the domain. So ``date_trunc('month', d)`` over bounded
-  dates, ``UPPER(state)`` or ``COALESCE(code, 0)`` over a listed domain are public.
+  combination of those values in a fresh private in-memory DuckDB
+  (:func:`dpsql.scratch.scratch`), reading no data: its image is the domain. So
+  ``date_trunc('month', d)`` over bounded dates, ``UPPER(state)`` or
+  ``COALESCE(code, 0)`` over a listed domain are public.
+
+Evaluating in process is work done before the charge, so it is bounded a priori by the
+owner's :class:`~dpsql.limits.Limits`, before anything runs:
+
+* at most ``max_domain_inputs`` input combinations;
+* :func:`length_bounds` bounds the length of every intermediate value from the query
+  alone (``REPLACE`` multiplies lengths, ``||`` adds them): a bound over
+  ``max_value_length`` refuses the query (:func:`check_value_lengths`), which is fast
+  and free whatever the literals ask for;
+* inputs × the summed bounds of all nodes (``max_domain_work``) must fit, or the key
+  is not evaluated and comes from the data (partition selection);
+* afterwards every produced value is checked again, and an image of more than
+  :data:`MAX_VALUES` keys or ``max_domain_chars`` characters is not kept.
 
 Numeric bounds (``lower``/``upper`` of an int) say how to clamp values, not which keys
 exist, so they never make a domain: ``GROUP BY age`` goes through partition selection.
@@ -46,15 +60,30 @@ from sqlglot import exp
 
 from dpsql.analyze.bounds import DATE_PARTS, PART_FUNCTIONS
 from dpsql.catalog import Column
-from dpsql.scratch import scratch
+from dpsql.errors import UnsupportedQueryError
+from dpsql.limits import DEFAULT, Limits
+from dpsql.scratch import run, scratch
 
-#: Most input combinations evaluated to find an expression's image.
-MAX_INPUTS = 100_000
+#: Most input combinations evaluated to find an expression's image (the default of the
+#: owner's ``max_domain_inputs``).
+MAX_INPUTS = DEFAULT.max_domain_inputs
 #: Largest image kept as a domain (beyond it, partition selection is cheaper).
 MAX_VALUES = 10_000
+#: Longest text of a value that is not a string (a number, date, timestamp, interval or
+#: bool written as VARCHAR): a HUGEINT has 40 characters, an INTERVAL about 70.
+SCALAR_TEXT = 128
+#: Lengths are capped here while they are combined (a product of many REPLACEs would
+#: otherwise grow huge integers); anything this large is far over every limit.
+_CAP = 2**62
 
-def domain(expr: exp.Expression, lookup: Callable[[exp.Column], Column]) -> tuple | None:
-    """The public domain of a group key, or None when it must come from the data."""
+def domain(expr: exp.Expression, lookup: Callable[[exp.Column], Column],
+           limits: Limits = DEFAULT) -> tuple | None:
+    """The public domain of a group key, or None when it must come from the data.
+
+    Raises:
+        UnsupportedQueryError: evaluating the key could produce a value longer than
+            ``limits.max_value_length`` (refused before anything is evaluated).
+    """
     if isinstance(expr, exp.Column):
         return column_values(lookup(expr), dates=False)
     if isinstance(expr, exp.Case | exp.If):
@@ -63,17 +92,17 @@ def domain(expr: exp.Expression, lookup: Callable[[exp.Column], Column]) -> tupl
     if fixed is not None:
         nullable = _nullable(expr, lookup)
         return tuple(range(fixed[0], fixed[1] + 1)) + ((None,) if nullable else ())
-    return _image(expr, lookup)
+    return _image(expr, lookup, limits)
 
 
-def column_values(col: Column, dates: bool = True) -> tuple | None:
+def column_values(col: Column, dates: bool = True, limits: Limits = DEFAULT) -> tuple | None:
     """A column's finite public domain: its ``values``, a bool's two, or bounded dates."""
     values = col.values
     if values is None and col.type == "bool":
         values = (False, True)
     if values is None and dates and col.type == "date" and col.bounded:
         days = (col.upper - col.lower).days + 1
-        if days <= MAX_INPUTS:
+        if days <= limits.max_domain_inputs:
             values = tuple(col.lower + datetime.timedelta(days=i) for i in range(days))
     if values is None:
         return None
@@ -120,7 +149,7 @@ def _nullable(expr: exp.Expression, lookup) -> bool:
     return any(lookup(c).nullable for c in expr.find_all(exp.Column))
 
 
-def _image(expr: exp.Expression, lookup) -> tuple | None:
+def _image(expr: exp.Expression, lookup, limits: Limits) -> tuple | None:
     columns: dict[str, exp.Column] = {}
     for c in expr.find_all(exp.Column):
         columns.setdefault(c.sql(), c)
@@ -128,11 +157,23 @@ def _image(expr: exp.Expression, lookup) -> tuple | None:
         return None
     inputs = []
     for c in columns.values():
-        values = column_values(lookup(c))
+        values = column_values(lookup(c), limits=limits)
         if values is None:
             return None
         inputs.append(values)
-    if math.prod(len(v) for v in inputs) > MAX_INPUTS:
+    combinations = math.prod(len(v) for v in inputs)
+    if combinations > limits.max_domain_inputs:
+        return None
+    # everything below is decided before DuckDB runs: a key that could produce long
+    # values is refused, one that would be much work to enumerate comes from the data
+    text = {sql: max((_text_length(v) for v in values), default=0)
+            for sql, values in zip(columns, inputs, strict=True)}
+    found = length_bounds(expr, lambda c: text.get(c.sql(), SCALAR_TEXT))
+    check_value_lengths(expr, None, limits, found)
+    if found.get(id(expr)) is None:
+        return None  # a construct the length bound does not model: not run in process
+    work = combinations * sum(max(b, 8) for b in found.values() if b is not None)
+    if work > limits.max_domain_work:
         return None
     names = {sql: f"__c{i}" for i, sql in enumerate(columns)}
 
@@ -141,19 +182,193 @@ def _image(expr: exp.Expression, lookup) -> tuple | None:
             return exp.column(names[node.sql()])
         return node
 
-    body = exp.Try(this=expr.copy().transform(rename))
     sources = [f"__in{i}" for i in range(len(inputs))]
-    sql = (f"SELECT DISTINCT {body.sql(dialect='duckdb')} AS v FROM "
-           + " CROSS JOIN ".join(sources))
+    query = exp.select(exp.alias_(exp.Try(this=expr.copy().transform(rename)), "v")) \
+        .distinct().from_(sources[0])
+    for source in sources[1:]:
+        query = query.join(source, join_type="CROSS")
     with scratch() as con:
         try:
             for i, values in enumerate(inputs):
                 con.register(sources[i], pa.table({f"__c{i}": list(values)}))
-            rows = con.execute(sql).fetchall()
+            rows = run(con, query)
         except (duckdb.Error, pa.ArrowException):
             return None  # not evaluable here: the keys come from the data instead
     if len(rows) > MAX_VALUES:
         return None
     values = [r[0] for r in rows]
+    longest = max((_text_length(v) for v in values), default=0)
+    if longest > limits.max_value_length:  # the a-priori bound makes this unreachable
+        raise UnsupportedQueryError(
+            f"a group key's value is {longest} characters long; the limit is "
+            f"{limits.max_value_length} (max_value_length)")
+    if sum(_text_length(v) for v in values) > limits.max_domain_chars:
+        return None  # inlined into the SQL as literals: too long a list
     known = sorted((v for v in values if v is not None), key=lambda v: (str(type(v)), v))
     return tuple(known) + ((None,) if None in values else ())
+
+
+def _text_length(value) -> int:
+    """Characters of a value written as text (an a-priori bound for non-strings)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, bool) or value is None:
+        return 5
+    if isinstance(value, int) and -10**40 < value < 10**40:
+        return len(str(value))
+    return SCALAR_TEXT
+
+
+# -- a-priori bounds on the length of computed values ------------------------------------
+
+#: Value nodes whose text is that of their first argument (or shorter): case mapping
+#: is one character to one in DuckDB, trimming and slicing only shorten.
+_SAME_AS_FIRST = (exp.Paren, exp.Alias, exp.Lower, exp.Upper, exp.Trim, exp.Substring,
+                  exp.Left, exp.Right, exp.Nullif, exp.Min, exp.Max, exp.Cast, exp.TryCast,
+                  exp.Try)
+#: Value nodes that return one of several arguments.
+_ONE_OF = (exp.Coalesce, exp.Least, exp.Greatest)
+#: Value nodes whose value is a number, bool, date, timestamp or interval: fixed size.
+_SCALAR = (exp.Literal, exp.Null, exp.Boolean, exp.Add, exp.Sub, exp.Mul, exp.Div,
+           exp.IntDiv, exp.Mod, exp.Neg, exp.Abs, exp.Sign, exp.Sqrt, exp.Ln, exp.Exp,
+           exp.Round, exp.Floor, exp.Ceil, exp.Length, exp.Extract, exp.TimestampTrunc,
+           exp.DateTrunc, exp.Interval, exp.Predicate, exp.Connector, exp.Not, exp.Xor,
+           exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev,
+           exp.StddevSamp, exp.StddevPop, exp.Median, exp.PercentileCont,
+           exp.PercentileDisc, exp.Quantile, exp.ApproxQuantile, *PART_FUNCTIONS)
+#: Nodes that are not values themselves (their children are still bounded).
+_STRUCTURE = (exp.Query, exp.Subquery, exp.From, exp.Join, exp.Where, exp.Group,
+              exp.Having, exp.Order, exp.Ordered, exp.Limit, exp.Offset, exp.Table,
+              exp.TableAlias, exp.Identifier, exp.DataType, exp.DataTypeParam, exp.Var,
+              exp.Star, exp.Distinct, exp.With, exp.CTE, exp.WithinGroup, exp.Tuple)
+
+
+def length_bounds(expr: exp.Expression,
+                  column: Callable[[exp.Column], int]) -> dict[int, int | None]:
+    """An upper bound on the text length of every value node of ``expr``, by ``id()``.
+
+    Args:
+        expr: any expression or query.
+        column: the longest text of a column's values. For a string column whose
+            values are not listed, pass 1: the bound of an expression is then its growth,
+            the characters it can produce per character of the data.
+
+    Returns:
+        ``id(node) → bound`` for every node of the tree; None for nodes that are no
+        values (:data:`_STRUCTURE`) and for value nodes this function does not model
+        (and everything built on them), which callers must treat as unbounded.
+
+    >>> from sqlglot import parse_one
+    >>> e = parse_one("replace(replace(CAST(x AS VARCHAR), '0', '00000'), '0', 'xyz') || 'ab'")
+    >>> length_bounds(e, lambda c: 3)[id(e)]   # 3 → 3·5 → 3·5·3, then + 2
+    47
+    """
+    out: dict[int, int | None] = {}
+    # post-order without recursion: children are bounded before their parent
+    stack: list[tuple[exp.Expression, bool]] = [(expr, False)]
+    while stack:
+        node, done = stack.pop()
+        if not done:
+            stack.append((node, True))
+            stack.extend((child, False) for child in node.iter_expressions())
+            continue
+        out[id(node)] = _bound(node, out, column)
+    return out
+
+
+def _bound(node: exp.Expression, out: dict, column) -> int | None:
+    def of(child) -> int | None:
+        return None if child is None else out.get(id(child))
+
+    def total(children, combine) -> int | None:
+        bounds = [of(c) for c in children if c is not None]
+        if not bounds or any(b is None for b in bounds):
+            return None
+        return min(combine(bounds), _CAP)
+
+    if isinstance(node, exp.Literal):
+        return len(node.this) if node.is_string else SCALAR_TEXT
+    if isinstance(node, exp.Column):
+        return min(int(column(node)), _CAP) if not isinstance(node.this, exp.Star) else None
+    if isinstance(node, exp.Replace):
+        text, new = of(node.this), of(node.args.get("replacement"))
+        if text is None or new is None:
+            return None
+        # every occurrence of a (non-empty) pattern becomes the replacement
+        return min(text * max(new, 1), _CAP)
+    if isinstance(node, exp.Concat):
+        return total(node.expressions, sum)
+    if isinstance(node, exp.DPipe):
+        return total([node.this, node.expression], sum)
+    if isinstance(node, exp.Case):
+        results = [i.args.get("true") for i in node.args.get("ifs") or []]
+        return total([*results, node.args.get("default")], max)
+    if isinstance(node, exp.If):
+        return total([node.args.get("true"), node.args.get("false")], max)
+    if isinstance(node, _ONE_OF):
+        return total([node.this, *node.expressions], max)
+    if isinstance(node, exp.Cast | exp.TryCast) and not node.to.is_type(
+            *exp.DataType.TEXT_TYPES):
+        return SCALAR_TEXT
+    if isinstance(node, _SAME_AS_FIRST):
+        return of(node.this)
+    if isinstance(node, _SCALAR):
+        return SCALAR_TEXT
+    return None
+
+
+def check_value_lengths(expr: exp.Expression, lookup: Callable[[exp.Column], Column] | None,
+                        limits: Limits = DEFAULT,
+                        found: dict[int, int | None] | None = None) -> None:
+    """Refuses a query that could compute a value longer than ``limits.max_value_length``.
+
+    A static check over the whole tree (outputs, WHERE, keys, HAVING, inside aggregates):
+    a string built from literals with ``REPLACE`` and ``||`` can be made gigabytes long
+    from a short query, and any engine that folds constants (the DuckDB planner, the
+    post-processing check) would build it before the charge. Data strings whose length
+    the catalog does not bound count as length 1, so for them the check bounds the
+    growth factor instead.
+
+    Args:
+        expr: the query (or one expression of it).
+        lookup: resolves a column to its catalog entry (None or a failing lookup: the
+            column counts as a string of length 1 or a scalar, whichever is longer).
+        limits: the owner's limits.
+        found: the bounds already computed by :func:`length_bounds`, if any.
+
+    Raises:
+        UnsupportedQueryError: names the expression and the limit; nothing is evaluated.
+
+    >>> from sqlglot import parse_one
+    >>> check_value_lengths(parse_one("replace('0', '0', '" + "0" * 999 + "') || 'x'"), None)
+    >>> check_value_lengths(parse_one(
+    ...     "replace(replace('00', '0', '" + "0" * 999 + "'), '0', '" + "0" * 999 + "')"), None)
+    Traceback (most recent call last):
+    ...
+    dpsql.errors.UnsupportedQueryError: REPLACE(REPLACE('00' ... of up to 1996002 characters...
+    """
+    if found is None:
+        found = length_bounds(expr, lambda c: column_text(c, lookup))
+    for node in expr.walk():
+        bound = found.get(id(node))
+        if bound is not None and bound > limits.max_value_length:
+            shown = node.sql(dialect="duckdb")
+            shown = shown if len(shown) <= 40 else shown[:20] + " ..."
+            raise UnsupportedQueryError(
+                f"{shown} could compute a value of up to {bound} characters; the limit is "
+                f"{limits.max_value_length} (max_value_length)")
+
+
+def column_text(col: exp.Column, lookup) -> int:
+    """The longest text of a column's values, as :func:`check_value_lengths` counts it."""
+    try:
+        entry = lookup(col) if lookup is not None else None
+    except Exception:  # noqa: BLE001 - an unresolvable name is reported elsewhere
+        entry = None
+    if entry is None:
+        return SCALAR_TEXT
+    if entry.type != "string":
+        return SCALAR_TEXT
+    if entry.values:
+        return max(_text_length(v) for v in entry.values)
+    return 1
