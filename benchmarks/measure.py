@@ -39,7 +39,8 @@ BUDGET = (1e9, 0.5)
 ANALYST = "bench"
 #: The configuration dpsql opens DuckDB files with; the benchmark's own connection uses
 #: the same, so both share one DuckDB instance (same buffer pool, same memory counters).
-DUCKDB_CONFIG = {"enable_external_access": False, "lock_configuration": True}
+from dpsql.backends.duckdb import _LOCKED as DUCKDB_CONFIG  # noqa: E402  (dpsql's own)
+
 STAGES = ("parse", "validate", "analyze", "rewrite", "check", "accounting", "backend", "noise",
           "postprocess")
 

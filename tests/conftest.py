@@ -8,6 +8,7 @@ import duckdb
 import pytest
 
 import dpsql
+from dpsql.backends.duckdb import _LOCKED as DUCKDB_CONFIG  # same config as dpsql's
 from dpsql.datasets import load_pums, pums_catalog
 
 
@@ -22,8 +23,7 @@ def pums_file(tmp_path_factory):
 @pytest.fixture(scope="session")
 def pums_db(pums_file):
     """A read-only DuckDB connection to the PUMS file, for exact reference answers."""
-    con = duckdb.connect(str(pums_file), read_only=True, config={
-        "enable_external_access": False, "lock_configuration": True})
+    con = duckdb.connect(str(pums_file), read_only=True, config=dict(DUCKDB_CONFIG))
     yield con
     con.close()
 

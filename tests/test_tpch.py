@@ -15,6 +15,7 @@ import duckdb
 import pytest
 
 import dpsql
+from dpsql.backends.duckdb import _LOCKED as DUCKDB_CONFIG  # same config as dpsql's
 from dpsql.datasets import catalog_path, load_tpch, tpchgen
 
 try:
@@ -98,8 +99,7 @@ def tpch(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def truth(tpch):
-    con = duckdb.connect(str(tpch), read_only=True, config={
-        "enable_external_access": False, "lock_configuration": True})
+    con = duckdb.connect(str(tpch), read_only=True, config=dict(DUCKDB_CONFIG))
     out = {name: con.execute(sql).fetchall() for name, sql in QUERIES.items()}
     con.close()
     return out
@@ -195,8 +195,7 @@ def test_q13_per_user_aggregation_in_a_subquery(tpch, truth):
                           alpha=1e-9)
     res = exact.execute(sql.replace("COUNT(o_orderkey)", "COUNT(o_orderkey)"), epsilon=1e6,
                         max_rows=1000)
-    con = duckdb.connect(str(tpch), read_only=True, config={
-        "enable_external_access": False, "lock_configuration": True})
+    con = duckdb.connect(str(tpch), read_only=True, config=dict(DUCKDB_CONFIG))
     want = dict(con.execute(sql.replace("ORDER BY custdist DESC, c_count DESC", "")).fetchall())
     con.close()
     got = {r[0]: (r[1], a[1]) for r, a in zip(res.rows, res.accuracy, strict=True)}
