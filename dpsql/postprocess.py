@@ -108,13 +108,21 @@ def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
         raise PostprocessError(
             f"post-processing the noisy answer failed ({type(exc).__name__})") from None
 
-    with scratch() as con:
-        try:
-            con.register("__noisy", table)
-            result = run(con, postprocess_query(plan), _names(plan))
-        except duckdb.Error as exc:  # depends on noisy values only; the charge is kept
-            raise PostprocessError(
-                f"post-processing the noisy answer failed ({type(exc).__name__})") from None
+    if _plain(plan):
+        # the outer query only selects released columns: read them off the same Arrow
+        # table DuckDB would scan (same values and Python types, in the same order),
+        # without the ~15 ms of opening a database
+        result = [tuple(r[o.expr.name] for o in plan.outputs) + (r[ROW_ID],)
+                  for r in table.to_pylist()]
+    else:
+        with scratch() as con:
+            try:
+                con.register("__noisy", table)
+                result = run(con, postprocess_query(plan), _names(plan))
+            except duckdb.Error as exc:  # depends on noisy values only; charge kept
+                raise PostprocessError(
+                    f"post-processing the noisy answer failed ({type(exc).__name__})"
+                ) from None
 
     rows, accuracy = [], []
     for row in result:
@@ -183,6 +191,8 @@ def check_postprocess(plan: Plan, key_types: list[str], limits: Limits = DEFAULT
             check_value_lengths(part, None, limits, length_bounds(part, leaf))
     columns = [f"{ROW_ID} BIGINT"]
     columns += [f"{k.name} {_column_type(t)}" for k, t in zip(plan.keys, key_types, strict=True)]
+    if _plain(plan):
+        return  # selecting columns of the table binds whatever their types
     for cell in plan.cells:
         integer = cell.kind == "stat" and plan.stat(cell.stats[0]).integer
         columns.append(f"{cell.name} {'BIGINT' if integer else 'DOUBLE'}")
@@ -193,6 +203,14 @@ def check_postprocess(plan: Plan, key_types: list[str], limits: Limits = DEFAULT
         raise UnsupportedQueryError(
             f"the outer part of the query (outputs, HAVING, ORDER BY) is invalid: "
             f"{message[:300]}")
+
+
+def _plain(plan: Plan) -> bool:
+    """Whether the outer query only selects released columns, in their released order."""
+    return (plan.having is None and plan.order is None and plan.limit is None
+            and plan.offset is None
+            and all(isinstance(o.expr, exp.Column) and o.expr.name.startswith(("__k", "__a"))
+                    for o in plan.outputs))
 
 
 def _names(plan: Plan) -> frozenset[str]:
