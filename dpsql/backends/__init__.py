@@ -8,6 +8,9 @@
   ``duckdb:///file.duckdb`` → DuckDB;
 * a ``pyspark.sql.SparkSession`` (classic or Spark Connect) → Spark SQL;
 * a :class:`Backend` instance, used as is.
+
+``limits`` (the catalog's :class:`~dpsql.limits.Limits`) gives the owner's statement
+timeout to the backends that can enforce one (PostgreSQL, SQLite).
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ import duckdb as _duckdb
 from dpsql.backends.base import Backend
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import BackendError
+from dpsql.limits import Limits
 
 _SUPPORTED = ("a DuckDB file path, ':memory:', a duckdb connection, a URL "
               "(sqlite:///file.db, postgresql+psycopg://user@host/db) or a SparkSession")
 
 
-def _url_backend(url: str) -> Backend:
+def _url_backend(url: str, limits: Limits | None = None) -> Backend:
     import sqlalchemy as sa
 
     try:
@@ -35,7 +39,7 @@ def _url_backend(url: str) -> Backend:
     if backend == "sqlite":
         from dpsql.backends.sqlite import SQLiteBackend
 
-        return SQLiteBackend(parsed)
+        return SQLiteBackend(parsed, limits)
     if backend == "postgresql":
         if parsed.get_driver_name() not in ("psycopg", "psycopg2", ""):
             raise BackendError("PostgreSQL URLs use psycopg 3: postgresql+psycopg://...")
@@ -43,27 +47,27 @@ def _url_backend(url: str) -> Backend:
 
         if parsed.get_driver_name() != "psycopg":
             parsed = parsed.set(drivername="postgresql+psycopg")
-        return PostgresBackend(parsed)
+        return PostgresBackend(parsed, limits)
     if backend == "duckdb":
-        return DuckDBBackend(parsed.database or ":memory:")
+        return DuckDBBackend(parsed.database or ":memory:", limits)
     raise BackendError(f"database URL scheme {parsed.drivername!r} is not supported; "
                        "supported: sqlite:///, postgresql+psycopg://, duckdb:///")
 
 
-def open_backend(database) -> Backend:
+def open_backend(database, limits: Limits | None = None) -> Backend:
     """Chooses the backend for ``database`` (see the module docstring)."""
     if isinstance(database, Backend):
         return database
     if isinstance(database, str) and "://" in database:
-        return _url_backend(database)
+        return _url_backend(database, limits)
     if isinstance(database, _duckdb.DuckDBPyConnection | str | Path):
-        return DuckDBBackend(database)
+        return DuckDBBackend(database, limits)
     if type(database).__name__ == "URL" and type(database).__module__.startswith("sqlalchemy"):
-        return _url_backend(database.render_as_string(hide_password=False))
+        return _url_backend(database.render_as_string(hide_password=False), limits)
     from dpsql.backends.spark import SparkBackend, is_spark_session
 
     if is_spark_session(database):
-        return SparkBackend(database)
+        return SparkBackend(database, limits)
     raise BackendError(f"cannot use {type(database).__name__} as a database; give {_SUPPORTED}")
 
 

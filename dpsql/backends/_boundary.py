@@ -32,13 +32,17 @@ PLAN_FAILED = "the database could not plan this query; nothing was charged"
 #: After the charge: the database failed while running the query.
 RUN_FAILED = ("the database failed while running this query; the charge is kept because "
               "the failure may depend on the data")
-#: The SQL text is not exactly one SELECT statement (dpsql sends nothing else).
-NOT_ONE_SELECT = ("dpsql refused to send this query to the database: it is not exactly "
-                  "one SELECT statement")
 #: Metadata (column types, keys, collations) could not be read; before any charge.
 SCHEMA_FAILED = "the database could not describe table {table!r}; nothing was charged"
 #: The connection could not be opened (the reason is in the owner's log).
 OPEN_FAILED = "cannot open {what}: the reason is in the data owner's log (logger dpsql.owner)"
+
+#: Strings of pairwise different bytes that some collation compares as equal: case
+#: (NOCASE, ICU), accents (NOACCENT), canonical equivalence (NFC and every ICU collation),
+#: trailing and leading spaces (RTRIM), ignorable code points, width, special casing. A
+#: column under which fewer of them stay distinct does not compare strings byte-wise.
+COLLATION_PROBES = ("a", "A", "a ", " a", "e", "é", "e\u0301", "ss", "ß", "a\u200b",
+                    "a\u00ad", "ａ", "i", "ı", "İ")
 
 #: Longest engine message or SQL text kept in one log record (characters).
 _LOG_LIMIT = 4000
@@ -86,15 +90,17 @@ def run_failed(backend: str, exc: BaseException | str, sql: str | None) -> Backe
 
 
 def not_one_select(backend: str, stage: str, detail: str, sql: str) -> BackendError:
-    """The error for SQL text that is not exactly one SELECT statement.
+    """The error for SQL text that is not exactly one SELECT statement, sent nowhere.
 
-    ``stage`` is ``"check"`` (before the charge: nothing charged) or ``"execute"`` (the
-    engine charged before calling: the charge is kept).
+    Such text can only come from a bug in dpsql (its output check refuses it first), so
+    the analyst gets the stage's usual message — the same whichever database noticed —
+    and the owner's log says what was found. ``stage`` is ``"check"`` (nothing charged)
+    or ``"execute"`` (the charge is kept).
     """
-    log_failure(backend, stage, f"not exactly one SELECT statement: {detail}", sql)
+    detail = f"not exactly one SELECT statement: {detail}"
     if stage == "check":
-        return _error(NOT_ONE_SELECT + "; nothing was charged", charged=False)
-    return _error(NOT_ONE_SELECT + "; the charge is kept", charged=True)
+        return plan_failed(backend, detail, sql)
+    return run_failed(backend, detail, sql)
 
 
 def schema_failed(backend: str, table: str, exc: BaseException | str) -> BackendError:

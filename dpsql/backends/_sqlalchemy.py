@@ -1,39 +1,59 @@
-"""What the SQLAlchemy backends (PostgreSQL, SQLite) share: one engine, error hygiene."""
+"""What the SQLAlchemy backends (PostgreSQL, SQLite) share: one engine, error hygiene.
+
+Every call that reaches the database — metadata, the pre-charge check, the query —
+turns any failure into one of the fixed messages of :mod:`dpsql.backends._boundary`
+(the same on every backend) and writes the driver's own text to the owner's log.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import sqlalchemy as sa
 from sqlglot import exp
 
-from dpsql.backends import dialects
+from dpsql.backends import _boundary, dialects
 from dpsql.backends.base import Backend
-from dpsql.errors import BackendError
+from dpsql.limits import Limits
 
 
 class SQLAlchemyBackend(Backend):
     """A backend reached through a SQLAlchemy engine that dpsql creates and owns."""
 
     name = "database"
-    #: Exceptions of a failed statement (SQLAlchemy's, and the driver's own cursor's).
-    _errors: tuple = (sa.exc.DBAPIError,)
+    #: Exceptions of a failed statement: SQLAlchemy's, the driver's own, and what a
+    #: driver raises for text it cannot send (a NUL character, a lone surrogate).
+    _errors: tuple = (sa.exc.SQLAlchemyError, ValueError, TypeError)
 
-    def __init__(self, engine: sa.Engine, name: str):
+    def __init__(self, engine: sa.Engine, name: str, limits: Limits | None = None):
         self._engine = engine
         self.name = name
+        self.limits = limits or Limits()
         self._lock = threading.RLock()
         self._columns: dict[str, dict[str, str] | None] = {}
+        self._collations: dict[str, set[str]] = {}
+
+    def _call(self, fn: Callable, on_error: Callable[[BaseException], Exception]):
+        """``fn(conn)`` on a connection of the pool; a failure (connecting included)
+        becomes ``on_error(driver exception)``, raised outside the ``except`` block so
+        the driver's exception is not kept as its context."""
+        failure = None
+        with self._lock:
+            try:
+                with self._engine.connect() as conn:
+                    return fn(conn)
+            except self._errors as exc:
+                failure = getattr(exc, "orig", None) or exc
+        raise on_error(failure)
 
     # -- metadata -----------------------------------------------------------------------
 
-    def _metadata(self, sql: str, **params) -> list[tuple]:
-        with self._lock, self._engine.connect() as conn:
-            try:
-                return [tuple(r) for r in conn.execute(sa.text(sql), params).fetchall()]
-            except sa.exc.DBAPIError as exc:
-                raise BackendError(f"cannot read the schema of {self.name}: "
-                                   f"{type(exc.orig).__name__}") from None
+    def _metadata(self, table: str, sql: str, **params) -> list[tuple]:
+        """Rows of a metadata query dpsql wrote (bound parameters, never query text)."""
+        return self._call(
+            lambda conn: [tuple(r) for r in conn.execute(sa.text(sql), params).fetchall()],
+            lambda exc: _boundary.schema_failed(self.name, table, exc))
 
     def columns(self, table: str) -> dict[str, str] | None:
         key = table.lower()
@@ -44,28 +64,30 @@ class SQLAlchemyBackend(Backend):
     def _read_columns(self, table: str) -> dict[str, str] | None:  # pragma: no cover
         raise NotImplementedError
 
+    def nonbinary_collation_columns(self, table: str) -> set[str]:
+        """String columns of ``table`` whose equality and grouping are not byte-exact."""
+        key = table.lower()
+        if key not in self._collations:
+            self._collations[key] = self._read_collations(key)
+        return set(self._collations[key])
+
+    def _read_collations(self, table: str) -> set[str]:  # pragma: no cover
+        raise NotImplementedError
+
     # -- queries ------------------------------------------------------------------------
 
     def check(self, expression: exp.Expression) -> list[tuple[str, str]]:
-        sql = self.to_sql(expression)  # may refuse a construct (uncharged BackendError)
-        with self._lock, self._engine.connect() as conn:
-            try:
-                return self._describe(conn, sql, expression)
-            except self._errors as exc:
-                exc = getattr(exc, "orig", None) or exc
-                err = BackendError(
-                    f"the backend cannot plan the rewritten query ({type(exc).__name__}: "
-                    f"{(str(exc).splitlines() or [''])[0][:200]}); nothing was charged")
-                err.charged = False
-                raise err from None
+        sql = self.to_sql(expression)  # may refuse a construct (not charged)
+        return self._call(lambda conn: self._describe(conn, sql, expression),
+                          lambda exc: _boundary.plan_failed(self.name, exc, sql))
 
     def _describe(self, conn, sql: str, expression: exp.Expression) -> list[tuple[str, str]]:
+        """Binds ``sql`` (one statement) without running it; returns its columns."""
         raise NotImplementedError  # pragma: no cover
 
     def _run(self, conn, sql: str):
         """Runs one statement; returns (cursor description, rows)."""
-        result = conn.exec_driver_sql(sql)
-        return result.cursor.description, result.fetchall()
+        raise NotImplementedError  # pragma: no cover
 
     def _inferred_types(self, expression: exp.Expression) -> list[tuple[str, str]]:
         """(name, DuckDB type) of the query's columns, from the dialect layer's inference."""
@@ -79,17 +101,11 @@ class SQLAlchemyBackend(Backend):
 
     def execute(self, expression: exp.Expression) -> tuple[list[str], list[tuple]]:
         sql = self.to_sql(expression)
-        with self._lock, self._engine.connect() as conn:
-            try:
-                description, rows = self._run(conn, sql)
-                return [d[0] for d in description], [tuple(r) for r in rows]
-            except self._errors as exc:
-                exc = getattr(exc, "orig", None) or exc
-                # The message may quote data values; keep only the error class.
-                raise BackendError(
-                    f"the backend failed while running the query "
-                    f"({type(exc).__name__}); the charge is kept because the failure "
-                    "may depend on the data") from None
+        description, rows = self._call(lambda conn: self._run(conn, sql),
+                                       lambda exc: _boundary.run_failed(self.name, exc, sql))
+        if description is None:  # not a row-returning statement (nothing to read)
+            raise _boundary.not_one_select(self.name, "execute", "it returned no rows", sql)
+        return [d[0] for d in description], [tuple(r) for r in rows]
 
     def close(self) -> None:
         with self._lock:

@@ -30,13 +30,6 @@ from dpsql.limits import Limits
 _LOCKED = {"enable_external_access": False, "python_enable_replacements": False,
            "lock_configuration": True}
 
-#: Strings that differ byte-wise but compare equal under some collation: case (NOCASE,
-#: ICU), accents (NOACCENT), canonical equivalence (NFC, every ICU collation), trailing
-#: and leading spaces, ignorable code points, width and special casing.
-COLLATION_PROBES = ("a", "A", "a ", " a", "e", "é", "e\u0301", "ss", "ß", "a\u200b",
-                    "a\u00ad", "ａ", "i", "ı", "İ")
-
-
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -124,10 +117,11 @@ class DuckDBBackend(Backend):
 
         DuckDB keeps a column's collation in its type but shows it in no metadata view,
         so it is measured: each string column's values (none: ``WHERE false``) are
-        unioned with :data:`COLLATION_PROBES`, which are pairwise different bytes; a
-        column under which fewer distinct probes remain compares some different strings
-        as equal. The union takes the column's collation (and a ``default_collation``
-        setting applies to every column). Reads no rows.
+        unioned with the probes of :data:`~dpsql.backends._boundary.COLLATION_PROBES`
+        (pairwise different bytes); a column under which fewer of them stay distinct
+        compares some different strings as equal. The union takes the column's
+        collation (and a ``default_collation`` setting applies to every column). Reads
+        no rows.
         """
         key = table.lower()
         if key in self._collations:
@@ -143,14 +137,14 @@ class DuckDBBackend(Backend):
             actual = strings[0][0]
             columns = ", ".join(_quote(c) for _, c in strings)
             probes = ", ".join("(" + ", ".join([_literal(p)] * len(strings)) + ")"
-                               for p in COLLATION_PROBES)
+                               for p in _boundary.COLLATION_PROBES)
             counts = ", ".join(f"count(DISTINCT {_quote(c)})" for _, c in strings)
             rows = self._metadata(
                 table,
                 f"SELECT {counts} FROM (SELECT {columns} FROM {_quote(actual)} WHERE false "
                 f"UNION ALL SELECT * FROM (VALUES {probes}))", [])
             out = {c.lower() for (_, c), n in zip(strings, rows[0], strict=True)
-                   if n != len(COLLATION_PROBES)}
+                   if n != len(_boundary.COLLATION_PROBES)}
         self._collations[key] = out
         return set(out)
 

@@ -17,6 +17,19 @@ Tables are looked up on the role's ``search_path`` (pick another schema with
 (NUMERIC infinities); TRY_CAST of text to dates needs 16 (``pg_input_is_valid``).
 Integer sums are exact (NUMERIC accumulators); how guarded expressions are made
 error-free is described in :mod:`dpsql.backends.dialects`.
+
+One statement, bound not executed: every query goes through the extended protocol
+(Parse/Bind/Execute), which carries exactly one statement — text holding a second is
+refused by the server before anything runs ("cannot insert multiple commands into a
+prepared statement") — and runs as a cursor (``DECLARE ... CURSOR FOR``), which takes
+a query and nothing else. The pre-charge check only *parses and describes* the query (an
+unnamed prepared statement: names resolved, types known, nothing planned or run). It
+does not plan it either: the planner evaluates operators on the column statistics
+(most common values, histogram bounds), so a planning error can depend on the data —
+``name ILIKE 'abc\\'`` fails while planning exactly when a frequent name starts with
+``abc`` — and a free refusal must not. Every session has the owner's
+``statement_timeout`` (:class:`~dpsql.limits.Limits`); engine error texts go to the
+owner's log only (:mod:`dpsql.backends._boundary`).
 """
 
 from __future__ import annotations
@@ -24,9 +37,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlglot import exp
 
-from dpsql.backends import dialects
+from dpsql.backends import _boundary, dialects
 from dpsql.backends._sqlalchemy import SQLAlchemyBackend
 from dpsql.errors import BackendError
+from dpsql.limits import Limits
 
 #: psycopg type OIDs → DuckDB type names (the engine's vocabulary).
 _OIDS = {16: "BOOLEAN", 20: "BIGINT", 21: "SMALLINT", 23: "INTEGER", 700: "FLOAT",
@@ -49,6 +63,54 @@ def duckdb_type(pg_type: str) -> str:
             "date": "DATE", "interval": "INTERVAL"}.get(t, t.upper())
 
 
+class PreparationError(Exception):
+    """The server refused to parse or describe a statement (the text is for the owner's
+    log only)."""
+
+
+def session_options(owner_options: str | tuple | None, limits: Limits) -> str:
+    """The libpq ``options`` of dpsql's sessions: the statement timeout, the owner's own
+    options from the URL (they may change it), and read-only transactions last, so that
+    nothing before can turn them off."""
+    parts = []
+    seconds = limits.statement_timeout_seconds
+    if seconds > 0:
+        parts.append(f"-c statement_timeout={max(1, round(seconds * 1000))}")
+    if isinstance(owner_options, tuple):
+        owner_options = " ".join(owner_options)
+    if owner_options:
+        parts.append(owner_options)
+    # dpsql reads every row of its cursors: plan them as plain queries, not for the
+    # first rows (the default fraction, 0.1, favours fast-start plans)
+    parts.append("-c cursor_tuple_fraction=1")
+    parts.append("-c default_transaction_read_only=on")
+    return " ".join(parts)
+
+
+def _refuse_nul(sql: str) -> None:
+    # libpq sends C strings: a NUL would silently end the statement early, so the text
+    # run would not be the text checked
+    if "\x00" in sql:
+        raise PreparationError("the SQL text holds a NUL character")
+
+
+def _prepared_fields(raw, sql: str) -> list[tuple[str, int]]:
+    """Parses and describes ``sql`` as the unnamed prepared statement of the psycopg
+    connection ``raw``: one statement (the protocol carries no more), bound, not
+    planned, not run. Returns its (column name, type OID)s."""
+    from psycopg import pq
+
+    _refuse_nul(sql)
+    encoding = raw.info.encoding
+    pgconn = raw.pgconn
+    for result in (pgconn.prepare(b"", sql.encode(encoding)),
+                   pgconn.describe_prepared(b"")):
+        if result.status != pq.ExecStatus.COMMAND_OK:
+            raise PreparationError(result.error_message.decode(encoding, "replace").strip())
+    return [(result.fname(i).decode(encoding), result.ftype(i))
+            for i in range(result.nfields)]
+
+
 class PostgresBackend(SQLAlchemyBackend):
     dialect = "postgres"
     supports_hash = True            # hashtextextended(text, seed)
@@ -59,21 +121,27 @@ class PostgresBackend(SQLAlchemyBackend):
     supports_unique_constraints = True
     transforms = dialects.POSTGRES
 
-    def __init__(self, url: str | sa.URL):
+    def __init__(self, url: str | sa.URL, limits: Limits | None = None):
         url = sa.make_url(url)
+        limits = limits or Limits()
         name = url.render_as_string(hide_password=True)
+        # the owner's URL options (e.g. a search_path) are kept: connect_args would
+        # otherwise replace them
+        options = session_options(url.query.get("options"), limits)
+        url = url.difference_update_query(["options"])
+        failure = None
         try:
-            engine = sa.create_engine(
-                url, pool_pre_ping=True, pool_size=2, max_overflow=2,
-                connect_args={"options": "-c default_transaction_read_only=on"})
+            engine = sa.create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=2,
+                                      connect_args={"options": options})
             with engine.connect() as conn:
                 ro, version, superuser = conn.execute(sa.text(
                     "SELECT current_setting('transaction_read_only'), "
                     "current_setting('server_version_num')::int, "
                     "(SELECT rolsuper FROM pg_roles WHERE rolname = current_user)")).one()
         except (sa.exc.SQLAlchemyError, ImportError) as exc:
-            raise BackendError(f"cannot open PostgreSQL database {name!r}: "
-                               f"{str(exc).splitlines()[0][:200]}") from None
+            failure = exc
+        if failure is not None:
+            raise _boundary.open_failed(f"PostgreSQL database {name!r}", failure)
         if ro != "on":  # pragma: no cover - the startup option guarantees it
             engine.dispose()
             raise BackendError(f"{name}: the session is not read-only")
@@ -87,38 +155,79 @@ class PostgresBackend(SQLAlchemyBackend):
             raise BackendError(f"{name}: PostgreSQL 14 or newer is needed (server is "
                                f"{version // 10000})")
         self.server_version = version
-        super().__init__(engine, name)
+        super().__init__(engine, name, limits)
         import psycopg
 
-        self._errors = (sa.exc.DBAPIError, psycopg.Error)
+        self._errors = SQLAlchemyBackend._errors + (psycopg.Error, PreparationError)
 
     def dialect_options(self) -> dict:
         return {"server_version": self.server_version}
 
     def _read_columns(self, table: str) -> dict[str, str] | None:
         rows = self._metadata(
+            table,
             "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
             "WHERE a.attrelid = to_regclass(:t) AND a.attnum > 0 AND NOT a.attisdropped "
             "ORDER BY a.attnum", t=table)
         return {name.lower(): duckdb_type(t) for name, t in rows} or None
 
     def unique_columns(self, table: str) -> set[tuple[str, ...]]:
+        """Column sets of valid, total, plain unique indexes (PRIMARY KEY, UNIQUE) whose
+        columns are all NOT NULL.
+
+        A UNIQUE index lets any number of rows hold NULL; an invalid one (a failed
+        ``CREATE INDEX CONCURRENTLY``) may sit over duplicates; a partial or expression
+        index says nothing about the column. A table with inheritance children reads
+        their rows too, which its own indexes do not cover (a partitioned table's unique
+        index covers every partition, and is kept).
+        """
         rows = self._metadata(
-            "SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_index i "
+            table,
+            "SELECT array_agg(a.attname::text ORDER BY k.ord), bool_and(a.attnotnull) "
+            "FROM pg_index i "
             "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
             "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-            "WHERE i.indrelid = to_regclass(:t) AND i.indisunique AND i.indpred IS NULL "
-            "AND i.indexprs IS NULL GROUP BY i.indexrelid", t=table.lower())
-        return {tuple(c.lower() for c in cols) for (cols,) in rows}
+            "JOIN pg_class c ON c.oid = i.indrelid "
+            "WHERE i.indrelid = to_regclass(:t) AND i.indisunique AND i.indisvalid "
+            "AND i.indislive AND i.indpred IS NULL AND i.indexprs IS NULL "
+            "AND (c.relkind = 'p' OR NOT EXISTS "
+            "     (SELECT 1 FROM pg_inherits h WHERE h.inhparent = i.indrelid)) "
+            "GROUP BY i.indexrelid", t=table.lower())
+        return {tuple(c.lower() for c in cols) for cols, not_null in rows if not_null}
+
+    def _read_collations(self, table: str) -> set[str]:
+        """Columns with a nondeterministic collation (``pg_collation.collisdeterministic``
+        false: equal strings need not be equal bytes) or of type ``citext`` (or a domain
+        over it), whose equality ignores case whatever the collation."""
+        rows = self._metadata(
+            table,
+            "WITH RECURSIVE types(attname, typ) AS ("
+            "  SELECT a.attname, a.atttypid FROM pg_attribute a "
+            "  WHERE a.attrelid = to_regclass(:t) AND a.attnum > 0 AND NOT a.attisdropped "
+            "  UNION ALL SELECT types.attname, t.typbasetype FROM types "
+            "  JOIN pg_type t ON t.oid = types.typ WHERE t.typtype = 'd') "
+            "SELECT a.attname FROM pg_attribute a JOIN pg_collation c "
+            "  ON c.oid = a.attcollation "
+            "WHERE a.attrelid = to_regclass(:t) AND a.attnum > 0 AND NOT a.attisdropped "
+            "  AND NOT c.collisdeterministic "
+            "UNION SELECT types.attname FROM types JOIN pg_type t ON t.oid = types.typ "
+            "WHERE t.typname = 'citext'", t=table.lower())
+        return {name.lower() for (name,) in rows}
 
     def _describe(self, conn, sql: str, expression: exp.Expression) -> list[tuple[str, str]]:
-        # LIMIT 0 plans (and so binds and constant-folds) the query without reading rows
-        probe = exp.select(exp.Star()).from_(expression.subquery("__dpsql_check")).limit(0)
-        description, _ = self._run(conn, self.to_sql(probe))
-        return [(d[0], _OIDS.get(d[1], "VARCHAR")) for d in description]
+        # Parse + Describe: one statement, bound, neither planned nor run (see the module
+        # docstring for why it is not planned)
+        fields = _prepared_fields(conn.connection.driver_connection, sql)
+        if not fields:
+            raise PreparationError("the statement returns no rows")
+        return [(name, _OIDS.get(oid, "VARCHAR")) for name, oid in fields]
 
     def _run(self, conn, sql: str):
-        # the driver's own cursor, without parameters: '%' in the SQL stays a '%'
-        with conn.connection.driver_connection.cursor() as cursor:
+        # A server-side cursor: psycopg sends DECLARE ... CURSOR FOR <sql> through the
+        # extended protocol (one statement: a second is refused by the server), and
+        # DECLARE takes nothing but a query (no SET, no utility statement, no
+        # data-modifying WITH), then FETCH ALL reads it. No parameters: '%' stays '%'.
+        _refuse_nul(sql)
+        with conn.connection.driver_connection.cursor(name="dpsql_query") as cursor:
             cursor.execute(sql)
             return cursor.description, cursor.fetchall()

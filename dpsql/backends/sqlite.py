@@ -6,6 +6,13 @@ objects (``trusted_schema = OFF``), no extension loading, and an authorizer that
 reading and nothing else (no ATTACH, no writes, no DDL, no PRAGMA but the few metadata
 ones dpsql reads). LIKE is made case-sensitive, as in DuckDB.
 
+One statement, compiled not run: Python's ``sqlite3`` prepares exactly one statement per
+call and refuses text that holds a second one ("You can only execute one statement at a
+time") before anything runs. The pre-charge check compiles the query under ``EXPLAIN``,
+which lists the compiled program and runs none of it. A progress handler interrupts a
+query that runs longer than the owner's ``statement_timeout_seconds``
+(:class:`~dpsql.limits.Limits`).
+
 SQLite has no hash function, so dpsql registers ``dpsql_hash(seed, uid, keys...)`` — a
 keyed BLAKE2b of the values — on its own connection for the L0 order; and no
 GREATEST/LEAST, TRY or exact wide sums: see :mod:`dpsql.backends.dialects`. SQLite is
@@ -20,6 +27,7 @@ import hashlib
 import math
 import sqlite3
 import struct
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -27,9 +35,10 @@ import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 from sqlglot import exp
 
-from dpsql.backends import dialects
+from dpsql.backends import _boundary, dialects
 from dpsql.backends._sqlalchemy import SQLAlchemyBackend
 from dpsql.errors import BackendError
+from dpsql.limits import Limits
 
 #: PRAGMAs dpsql reads once its connection is set up (metadata, and SQLAlchemy's
 #: isolation-level probe); none of them may be given a value.
@@ -73,9 +82,17 @@ def fmod(a, b):
         return None
 
 
-def _connect_read_only(path: Path) -> sqlite3.Connection:
+#: SQLite virtual-machine instructions between two calls of the timeout handler.
+_PROGRESS_STEPS = 10_000
+
+
+def _connect_read_only(path: Path, deadline: list) -> sqlite3.Connection:
+    """dpsql's connection; ``deadline[0]`` (a ``time.monotonic()`` value, or None) is
+    when the running statement is interrupted."""
     uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
     con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+    con.set_progress_handler(
+        lambda: deadline[0] is not None and time.monotonic() > deadline[0], _PROGRESS_STEPS)
     con.create_function(dialects.SQLITE_HASH, -1, keyed_hash, deterministic=True)
     con.create_function(dialects.SQLITE_FMOD, 2, fmod, deterministic=True)
     con.execute("PRAGMA query_only = ON")
@@ -112,8 +129,9 @@ class SQLiteBackend(SQLAlchemyBackend):
     supports_exact_integer_sums = False  # TOTAL: a float, exact below 2^53
     supports_unique_constraints = True
     transforms = dialects.SQLITE
+    _errors = SQLAlchemyBackend._errors + (sqlite3.Error,)
 
-    def __init__(self, url: str | sa.URL):
+    def __init__(self, url: str | sa.URL, limits: Limits | None = None):
         url = sa.make_url(url)
         if not url.database or url.database == ":memory:":
             raise BackendError("an SQLite URL must name a database file (sqlite:///path.db)")
@@ -121,49 +139,114 @@ class SQLiteBackend(SQLAlchemyBackend):
         if not path.exists():
             raise BackendError(f"SQLite database file {str(path)!r} does not exist")
         self.path = path
-        engine = sa.create_engine("sqlite://", creator=lambda: _connect_read_only(path),
+        self._deadline: list = [None]
+        deadline = self._deadline
+        engine = sa.create_engine("sqlite://",
+                                  creator=lambda: _connect_read_only(path, deadline),
                                   poolclass=StaticPool)
+        failure = None
         try:
             with engine.connect() as conn:
                 conn.exec_driver_sql("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-        except sa.exc.DBAPIError as exc:
-            raise BackendError(f"cannot open SQLite database {str(path)!r}: "
-                               f"{type(exc.orig).__name__}") from None
-        super().__init__(engine, str(path))
+        except (sa.exc.SQLAlchemyError, sqlite3.Error) as exc:
+            failure = getattr(exc, "orig", None) or exc
+        if failure is not None:
+            raise _boundary.open_failed(f"SQLite database {str(path)!r}", failure)
+        super().__init__(engine, str(path), limits)
+
+    def _read_only_rows(self, table: str, sql: str, params=()) -> list[tuple]:
+        """Rows of a metadata statement dpsql wrote (names quoted, values bound)."""
+        return self._call(
+            lambda conn: [tuple(r) for r in conn.exec_driver_sql(sql, params).fetchall()],
+            lambda exc: _boundary.schema_failed(self.name, table, exc))
+
+    def _table_name(self, table: str) -> str | None:
+        rows = self._read_only_rows(table, "SELECT name FROM sqlite_master WHERE type IN "
+                                    "('table', 'view') AND lower(name) = ?", (table.lower(),))
+        return rows[0][0] if rows else None
 
     def _read_columns(self, table: str) -> dict[str, str] | None:
-        with self._lock, self._engine.connect() as conn:
-            rows = conn.exec_driver_sql("SELECT name, type FROM sqlite_master "
-                                        "WHERE type IN ('table', 'view') AND lower(name) = ?",
-                                        (table.lower(),)).fetchall()
-            if not rows:
-                return None
-            name = rows[0][0]
-            info = conn.exec_driver_sql(f"PRAGMA table_info({_quote(name)})").fetchall()
+        name = self._table_name(table)
+        if name is None:
+            return None
+        info = self._read_only_rows(table, f"PRAGMA table_info({_quote(name)})")
         return {r[1].lower(): duckdb_type(r[2]) for r in info} or None
 
     def unique_columns(self, table: str) -> set[tuple[str, ...]]:
+        """PRIMARY KEY and UNIQUE column sets whose columns cannot hold NULL.
+
+        SQLite lets a UNIQUE column, and a PRIMARY KEY column of a rowid table (unless it
+        is the rowid itself), hold any number of NULLs, so a key proves one row per value
+        only when each of its columns is declared NOT NULL — or when it is an INTEGER
+        PRIMARY KEY, the rowid, which is never NULL (such a key has no index of its own).
+        A WITHOUT ROWID table's key columns are NOT NULL, and ``table_info`` says so.
+        """
         out: set[tuple[str, ...]] = set()
-        if self.columns(table) is None:
+        name = self._table_name(table)
+        if name is None:
             return out
-        with self._lock, self._engine.connect() as conn:
-            info = conn.exec_driver_sql(f"PRAGMA table_info({_quote(table)})").fetchall()
-            pk = [r[1].lower() for r in sorted(info, key=lambda r: r[5]) if r[5] > 0]
-            if pk:  # also covers INTEGER PRIMARY KEY, which has no index
-                out.add(tuple(pk))
-            for index in conn.exec_driver_sql(f"PRAGMA index_list({_quote(table)})"):
-                _, name, unique, _origin, partial = tuple(index)[:5]
-                if unique and not partial:
-                    cols = conn.exec_driver_sql(f"PRAGMA index_info({_quote(name)})")
-                    names = [c[2] for c in cols]
-                    if all(names):  # no expression columns
-                        out.add(tuple(c.lower() for c in names))
+        info = self._read_only_rows(table, f"PRAGMA table_info({_quote(name)})")
+        not_null = {r[1].lower() for r in info if r[3]}
+        indexes = [tuple(r)[:5] for r in
+                   self._read_only_rows(table, f"PRAGMA index_list({_quote(name)})")]
+        pk = tuple(r[1].lower() for r in sorted(info, key=lambda r: r[5]) if r[5] > 0)
+        rowid_alias = len(pk) == 1 and not any(origin == "pk" for _, _, _, origin, _ in indexes)
+        if pk and (rowid_alias or all(c in not_null for c in pk)):
+            out.add(pk)
+        for _, index, unique, _origin, partial in indexes:
+            if unique and not partial:
+                cols = [c[2] for c in
+                        self._read_only_rows(table, f"PRAGMA index_info({_quote(index)})")]
+                if cols and all(cols) and all(c.lower() in not_null for c in cols):
+                    out.add(tuple(c.lower() for c in cols))  # no expression columns
         return out
 
+    def _read_collations(self, table: str) -> set[str]:
+        """Columns under NOCASE or RTRIM (declared, or given by a view's expression).
+
+        Measured rather than parsed from the ``CREATE`` text: each column's values (none:
+        ``WHERE 0``) are unioned with probes of pairwise different bytes; a compound
+        SELECT takes the leftmost column's collation, so fewer distinct probes mean the
+        column compares different strings as equal. Reads no rows.
+        """
+        name = self._table_name(table)
+        if name is None:
+            return set()
+        columns = [r[1] for r in self._read_only_rows(table, f"PRAGMA table_info({_quote(name)})")]
+        if not columns:
+            return set()
+        probes = _boundary.COLLATION_PROBES
+        values = ", ".join("(" + ", ".join([_literal(p)] * len(columns)) + ")" for p in probes)
+        counts = ", ".join(f"count(DISTINCT {_quote(c)})" for c in columns)
+        listed = ", ".join(_quote(c) for c in columns)
+        rows = self._read_only_rows(
+            table, f"SELECT {counts} FROM (SELECT {listed} FROM {_quote(name)} WHERE 0 "
+                   f"UNION ALL VALUES {values})")
+        return {c.lower() for c, n in zip(columns, rows[0], strict=True) if n != len(probes)}
+
+    def _timed(self, conn, sql: str):
+        """Runs one statement under the owner's timeout; returns its result."""
+        seconds = self.limits.statement_timeout_seconds
+        self._deadline[0] = time.monotonic() + seconds if seconds > 0 else None
+        try:
+            result = conn.exec_driver_sql(sql)
+            return result.cursor.description, result.fetchall()
+        finally:
+            self._deadline[0] = None
+
     def _describe(self, conn, sql: str, expression: exp.Expression) -> list[tuple[str, str]]:
-        conn.exec_driver_sql("EXPLAIN " + sql).fetchall()  # compiles; runs nothing
+        # EXPLAIN compiles the one statement (sqlite3 refuses text holding a second) and
+        # lists its program without running it
+        self._timed(conn, "EXPLAIN " + sql)
         return self._inferred_types(expression)
+
+    def _run(self, conn, sql: str):
+        return self._timed(conn, sql)
 
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
