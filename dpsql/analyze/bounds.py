@@ -63,11 +63,33 @@ def bounds(expression: exp.Expression,
         UnboundedExpressionError: a column without bounds, or a construct (such as a
             division by an expression that may be zero) that has no finite bounds.
     """
-    interval = _Bounds(columns).visit(expression)
+    try:
+        interval = _Bounds(columns).visit(expression)
+    except (OverflowError, ZeroDivisionError, ValueError) as exc:
+        raise UnboundedExpressionError(
+            f"cannot bound {expression.sql(dialect='duckdb')[:80]!r}: its interval "
+            f"arithmetic fails ({type(exc).__name__})") from None
     if not (math.isfinite(interval.lower) and math.isfinite(interval.upper)):
         raise UnboundedExpressionError(
             f"the bounds of {expression.sql(dialect='duckdb')[:80]!r} are not finite numbers")
+    if interval.magnitude > MAX_MAGNITUDE:
+        raise UnboundedExpressionError(
+            f"the bounds of {expression.sql(dialect='duckdb')[:80]!r} reach "
+            f"{interval.magnitude:.3g}; dpsql aggregates values of magnitude up to "
+            f"{MAX_MAGNITUDE:g} (noise scales and sums beyond it overflow)")
+    if interval.integer and interval.magnitude > MAX_WHOLE:
+        # beyond 2**53 the engines' doubles no longer hold every whole number, and an
+        # integer statistic's sums could overflow 64-bit partials: treat it as real
+        interval = Interval(interval.lower, interval.upper, False)
     return interval
+
+
+#: Largest magnitude of an aggregated value's bounds (far beyond any real data).
+MAX_MAGNITUDE = 1e250
+#: Whole numbers larger than this are not treated as integers (2**53: exact in doubles).
+MAX_WHOLE = 2.0**53
+#: Most decimals ROUND may keep (or drop, negative) in an aggregated expression.
+MAX_ROUND_DIGITS = 300
 
 
 #: Parts of a date or time with a fixed range (EXTRACT's names); YEAR comes from the
@@ -116,8 +138,11 @@ class _Bounds:
     def _Literal(self, e: exp.Literal) -> Interval:
         if e.is_string:
             raise UnboundedExpressionError(f"string literal {e.sql()} cannot be aggregated")
-        value = float(e.this) if any(c in e.this for c in ".eE") else int(e.this)
-        return Interval(value, value, isinstance(value, int))
+        # whole-numbered only when written as an integer: a DECIMAL literal (2.0) or a
+        # float (1e3) makes the engines compute in DECIMAL or DOUBLE
+        whole = e.this.isdigit()
+        value = int(e.this) if whole else float(e.this)
+        return Interval(value, value, whole)
 
     def _Boolean(self, e: exp.Boolean) -> Interval:
         value = 1 if e.this else 0
@@ -176,18 +201,30 @@ class _Bounds:
         # Rounding moves a value by at most half a unit of the last kept digit.
         a = self.visit(e.this)
         digits = e.args.get("decimals")
+        negative = isinstance(digits, exp.Neg)
+        if negative:
+            digits = digits.this
         if digits is None:
             places = 0
         elif isinstance(digits, exp.Literal) and digits.is_int:
-            places = int(digits.this)
+            places = -int(digits.this) if negative else int(digits.this)
         else:
             raise UnboundedExpressionError(
                 "ROUND inside an aggregate needs a whole-number literal for its decimals"
             )
+        if abs(places) > MAX_ROUND_DIGITS:
+            raise UnboundedExpressionError(
+                f"ROUND to {places} decimals: at most {MAX_ROUND_DIGITS} (either way) can "
+                "be bounded")
+        if places > 15:  # finer than a double's precision: the value barely moves
+            half = 0.5 * 10.0**-places
+            return Interval(a.lower - half, a.upper + half, a.integer)
         step = 10.0**-places
         return Interval(
             math.floor(a.lower / step) * step if places else math.floor(a.lower),
             math.ceil(a.upper / step) * step if places else math.ceil(a.upper),
+            # whole only when rounded to whole units, or already whole (a DOUBLE
+            # rounded to -1 places is whole; one rounded to 2 places need not be)
             a.integer or places <= 0,
         )
 
@@ -273,14 +310,24 @@ class _Bounds:
         # integer division either way)
         a, c = self.visit(e.this), self._literal_divisor(e)
         q = sorted((a.lower / c, a.upper / c))
+        if not (a.integer and self._divisor_is_whole(e)):
+            # // of a DECIMAL or DOUBLE divides exactly (DuckDB, SQLite): not whole
+            return Interval(q[0], q[1], False)
         return Interval(math.floor(q[0]), math.ceil(q[1]), True)
 
     def _Mod(self, e: exp.Mod) -> Interval:
         # |x % c| < |c|, with the sign of x (DuckDB, PostgreSQL, SQLite, Spark)
         a, c = self.visit(e.this), abs(self._literal_divisor(e))
-        span = c - 1 if a.integer and float(c).is_integer() else c
+        whole = a.integer and self._divisor_is_whole(e)
+        span = c - 1 if whole else c
         return Interval(max(a.lower, -span) if a.lower < 0 else 0,
-                        min(a.upper, span) if a.upper > 0 else 0, a.integer)
+                        min(a.upper, span) if a.upper > 0 else 0, whole)
+
+    def _divisor_is_whole(self, e: exp.Expression) -> bool:
+        d = e.expression
+        if isinstance(d, exp.Nullif):
+            d = d.this
+        return self.visit(d).integer
 
     def _literal_divisor(self, e: exp.Expression) -> float:
         d = e.expression

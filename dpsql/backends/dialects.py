@@ -100,6 +100,8 @@ class Context:
     families: dict[str, str | None] = field(default_factory=dict)
     backend: str = ""
     options: dict = field(default_factory=dict)
+    #: Column → the backend's type name, where one name has one type in the query.
+    types: dict[str, str | None] = field(default_factory=dict)
 
     def family(self, node: exp.Expression | None) -> str | None:
         return infer(node, self.families)
@@ -111,19 +113,22 @@ def context(expression: exp.Expression, columns: Callable[[str], dict[str, str] 
     every alias it defines (inferred, innermost query first)."""
     ctes = {cte.alias_or_name.lower() for cte in expression.find_all(exp.CTE)}
     seen: dict[str, set] = {}
+    names: dict[str, set] = {}
     for table in expression.find_all(exp.Table):
         name = table.name.lower()
         if name in ctes or not name:
             continue
         for col, dtype in (columns(name) or {}).items():
             seen.setdefault(col.lower(), set()).add(type_family(dtype))
+            names.setdefault(col.lower(), set()).add(str(dtype).upper())
     families = {c: (f.pop() if len(f) == 1 else None) for c, f in seen.items()}
+    types = {c: (t.pop() if len(t) == 1 else None) for c, t in names.items()}
     selects = list(expression.find_all(exp.Select))
     for select in reversed(selects):  # find_all is pre-order: reversed = innermost first
         for item in select.expressions:
             if isinstance(item, exp.Alias):
                 families.setdefault(item.alias.lower(), infer(item.this, families))
-    return Context(families, backend, options)
+    return Context(families, backend, options, types)
 
 
 def unsupported(backend: str, what: str) -> BackendError:
@@ -340,7 +345,10 @@ def sqlite_arithmetic(expression: exp.Expression, ctx: Context) -> exp.Expressio
                 return node
             # dpsql's own function: sqlglot reads SQLite's MOD() back as `%`, which the
             # output check (dpsql.output_check) would see as a different query
-            return exp.Anonymous(this=SQLITE_FMOD, expressions=[node.this, node.expression])
+            # REAL arguments: text (maybe invalid UTF-8) never reaches the Python function
+            real = exp.DataType.build("DOUBLE")
+            return exp.Anonymous(this=SQLITE_FMOD, expressions=[
+                exp.Cast(this=node.this, to=real), exp.Cast(this=node.expression, to=real)])
         return node
     return _bottom_up(expression, fix)
 
@@ -441,9 +449,16 @@ def _sums_as(expression: exp.Expression, function: str) -> exp.Expression:
     return _replace_all(expression, exp.Sum, fix)
 
 
+def _blob(value: exp.Expression) -> exp.Expression:
+    """A value as BLOB: SQLite hands text to a Python function decoded as UTF-8 (an error
+    on invalid bytes, which any column may hold whatever its declared type); a BLOB
+    arrives as bytes."""
+    return exp.Cast(this=value, to=exp.DataType.build("BLOB"))
+
+
 def sqlite_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
     return _order_with_tiebreak(expression, lambda uid, keys, seed: exp.Anonymous(
-        this=SQLITE_HASH, expressions=[seed, uid, *keys]))
+        this=SQLITE_HASH, expressions=[seed, _blob(uid), *(_blob(k) for k in keys)]))
 
 
 SQLITE = (sqlite_try, sqlite_fold_decimals, sqlite_functions, sqlite_greatest_least,
@@ -460,10 +475,100 @@ _FLOAT_LIMIT = {"DOUBLE": "1.7e308", "REAL": "3.4e38", "FLOAT": "3.4e38"}
 
 
 def _numeric(node: exp.Expression, ctx: Context) -> exp.Expression:
-    """``node`` as NUMERIC, in which PostgreSQL's + - * / % never overflow."""
-    if ctx.family(node) == DECIMAL or (isinstance(node, exp.Literal) and not node.is_string):
+    """``node`` as NUMERIC, in which PostgreSQL's + - * / % never overflow.
+
+    A column of unconstrained NUMERIC may hold any magnitude (131072 digits), and a
+    product of two such values would overflow even NUMERIC: it is bounded first (a value
+    beyond ±1e300 becomes NULL), like every NUMERIC result of the dialect layer.
+    """
+    if isinstance(node, exp.Literal) and not node.is_string:
+        return node
+    if ctx.family(node) == DECIMAL:
+        if isinstance(node, exp.Column) and "(" not in (ctx.types.get(node.name.lower())
+                                                        or ""):
+            return _sentinel_clamp(node, "-1e300", "1e300")
         return node
     return exp.Cast(this=node, to=exp.DataType.build("DECIMAL"))
+
+
+#: Dates dpsql computes with on engines whose date arithmetic can leave their range
+#: (PostgreSQL, Spark) or whose drivers cannot return them (Python: years 1 to 9999).
+DATE_RANGE = ("0001-01-01", "9999-12-31")
+#: Largest interval literal in date arithmetic, in years (the result stays in range).
+MAX_INTERVAL_YEARS = 1000
+
+
+def _date_literal(text: str, family: str) -> exp.Expression:
+    kind = "TIMESTAMP" if family == TIMESTAMP else "DATE"
+    return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build(kind))
+
+
+def _date_sentinel(value: exp.Expression, family: str) -> exp.Expression:
+    """``value`` if strictly between 0001-01-01 and 9999-12-31, else NULL."""
+    lo, hi = (_date_literal(t, family) for t in DATE_RANGE)
+    clamped = exp.Least(this=exp.Greatest(this=value, expressions=[lo.copy()]),
+                        expressions=[hi.copy()])
+    return exp.Nullif(this=exp.Nullif(this=clamped, expression=hi), expression=lo)
+
+
+def _interval_years(node: exp.Expression) -> float | None:
+    from dpsql.rewrite.check_guards import interval_years
+
+    if not isinstance(node, exp.Interval):
+        return None
+    years = interval_years(node)
+    return None if years is None else float(years)
+
+
+def _safe_dates(node: exp.Expression, ctx: Context, backend: str) -> exp.Expression:
+    """Date arithmetic and truncation that cannot leave the engine's range: the date is
+    kept to 0001..9999 (NULL outside), the interval to :data:`MAX_INTERVAL_YEARS`."""
+    f = ctx.family
+    if isinstance(node, exp.Add | exp.Sub):
+        sides = [node.this, node.expression]
+        temporal = [x for x in sides if f(x) in (DATE, TIMESTAMP)]
+        if not temporal or all(f(x) in (DATE, TIMESTAMP) for x in sides):
+            return node  # no dates, or a difference of dates (never out of range)
+        other = sides[1] if temporal[0] is sides[0] else sides[0]
+        years = _interval_years(other)
+        if years is None or years > MAX_INTERVAL_YEARS:
+            raise unsupported(backend, "date arithmetic with other than an interval literal "
+                                       f"of at most {MAX_INTERVAL_YEARS} years")
+        x = temporal[0]
+        if _is_constant(x):
+            return node
+        node.set("this" if x is sides[0] else "expression", _date_sentinel(x, f(x)))
+        return node
+    if isinstance(node, exp.TimestampTrunc | exp.DateTrunc) and f(node.this) == DATE \
+            and not _is_constant(node.this):
+        node.set("this", _date_sentinel(node.this, DATE))
+    return node
+
+
+def _python_dates(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """Group keys that are dates or timestamps outside years 1..9999 become NULL: the
+    Python drivers of PostgreSQL and Spark cannot return them (an error on one person's
+    value after the charge). The key is guarded where it is computed, in its SELECT item
+    and in the GROUP BY, so that it still groups as it is released."""
+    for select in expression.find_all(exp.Select):
+        group = select.args.get("group")
+        for item in select.expressions:
+            if not (isinstance(item, exp.Alias) and item.alias.startswith("__k")):
+                continue
+            body = item.this
+            if isinstance(body, exp.Column) and body.name.startswith("__k"):
+                continue
+            family = ctx.family(body)
+            if family not in (DATE, TIMESTAMP):
+                continue
+            lo, hi = (_date_literal(t, family) for t in DATE_RANGE)
+            guarded = exp.Case(ifs=[exp.If(this=exp.Between(
+                this=body.copy(), low=lo, high=hi), true=body.copy())])
+            if group is not None:
+                group.set("expressions", [guarded.copy() if g == body else g
+                                          for g in group.expressions])
+            item.set("this", guarded)
+    return expression
 
 
 def _pg_back(value: exp.Expression, family: str | None) -> exp.Expression:
@@ -487,7 +592,7 @@ def _pg_safe_node(node: exp.Expression, ctx: Context) -> exp.Expression:
     if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Div | exp.IntDiv | exp.Mod):
         fa, fb = f(node.this), f(node.expression)
         if fa in TEMPORAL or fb in TEMPORAL:
-            return node  # date arithmetic: fails only beyond PostgreSQL's date range
+            return _safe_dates(node, ctx, "PostgreSQL")
         if fa in (STRING, BOOL) or fb in (STRING, BOOL):
             return node  # a type error while planning, refused for free
         family = infer(node, ctx.families) or DECIMAL
@@ -499,9 +604,12 @@ def _pg_safe_node(node: exp.Expression, ctx: Context) -> exp.Expression:
         else:
             value = type(node)(this=a, expression=b)
         return _pg_back(value, family)
+    if isinstance(node, exp.TimestampTrunc | exp.DateTrunc):
+        return _safe_dates(node, ctx, "PostgreSQL")
     if isinstance(node, exp.Neg | exp.Abs):
-        if f(node.this) not in (*NUMERIC, None):
-            return node
+        if f(node.this) not in (*NUMERIC, None) or (isinstance(node, exp.Neg)
+                                                    and isinstance(node.this, exp.Literal)):
+            return node  # a negative literal is a constant
         return _pg_back(type(node)(this=_numeric(node.this, ctx)), f(node.this) or DECIMAL)
     if isinstance(node, exp.Round):
         decimals = node.args.get("decimals")
@@ -547,6 +655,8 @@ def _pg_try_cast(node: exp.Cast, ctx: Context) -> exp.Expression:
         return cast  # folded while planning: fails for every row or for none
     if tf == STRING or (tf == src and tf in (STRING, BOOL, DATE, TIMESTAMP)):
         return cast
+    if tf == TIMESTAMP and src == DATE:  # a date beyond the timestamp range fails
+        return exp.Cast(this=_date_sentinel(x, DATE), to=to)
     if tf in (DATE, TIMESTAMP) and src in (DATE, TIMESTAMP):
         return cast
     if tf == BOOL:
@@ -599,12 +709,12 @@ def _pg_try_cast(node: exp.Cast, ctx: Context) -> exp.Expression:
 
 
 def postgres_try(expression: exp.Expression, ctx: Context) -> exp.Expression:
-    """``TRY(x)`` → ``x`` with every operation that can fail made safe (see module doc);
-    ``TRY_CAST`` outside TRY(...) too."""
-    def fix(node):
-        return _bottom_up(node.this, lambda n: _pg_safe_node(n, ctx))
-    expression = _replace_all(expression, exp.Try, fix)
-    return _replace_all(expression, exp.TryCast, lambda n: _pg_try_cast(n, ctx))
+    """``TRY(x)`` → ``x``, and every operation of the query — inside TRY(...) or not,
+    dpsql's own arithmetic over aggregates included — made safe (see module doc):
+    PostgreSQL raises on float overflow and underflow too, so no operation may stay as
+    written. :func:`dpsql.rewrite.check_guards.check_guards` verifies the result."""
+    expression = _replace_all(expression, exp.Try, lambda n: n.this)
+    return _bottom_up(expression, lambda n: _pg_safe_node(n, ctx))
 
 
 _PG_INTEGER_PARTS = {"YEAR", "MONTH", "DAY", "HOUR", "MINUTE", "DOW", "DOY", "QUARTER",
@@ -635,10 +745,15 @@ def postgres_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
     return _order_with_tiebreak(expression, make)
 
 
-POSTGRES = (postgres_try, postgres_extract, postgres_hash)
+POSTGRES = (postgres_try, postgres_extract, _python_dates, postgres_hash)
 
 
 # -- Spark SQL -------------------------------------------------------------------------
+
+def _temporal_operand(node: exp.Expression, family) -> bool:
+    """Whether an arithmetic node has a date, timestamp or interval operand."""
+    return family(node.this) in TEMPORAL or family(node.expression) in TEMPORAL
+
 
 _SPARK_TRY = {exp.Add: "TRY_ADD", exp.Sub: "TRY_SUBTRACT", exp.Mul: "TRY_MULTIPLY",
               exp.Div: "TRY_DIVIDE"}
@@ -646,6 +761,8 @@ _SPARK_TRY = {exp.Add: "TRY_ADD", exp.Sub: "TRY_SUBTRACT", exp.Mul: "TRY_MULTIPL
 
 def _spark_safe_node(node: exp.Expression, ctx: Context) -> exp.Expression:
     f = ctx.family
+    if isinstance(node, exp.Add | exp.Sub) and _temporal_operand(node, f):
+        return node  # date arithmetic: kept in range by spark_dates
     name = _SPARK_TRY.get(type(node))
     if name is not None:
         return exp.Anonymous(this=name, expressions=[node.this, node.expression])
@@ -664,6 +781,14 @@ def spark_try(expression: exp.Expression, ctx: Context) -> exp.Expression:
     return _replace_all(expression, exp.Try, fix)
 
 
+def spark_dates(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """Interval arithmetic raises on overflow even with ANSI off: dates are kept in range
+    (:func:`_safe_dates`), everywhere in the query."""
+    return _bottom_up(expression, lambda n: _safe_dates(n, ctx, "Spark SQL")
+                      if isinstance(n, exp.Add | exp.Sub | exp.TimestampTrunc | exp.DateTrunc)
+                      else n)
+
+
 def spark_casts(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """A cast to an integer type rounds (half to even from DOUBLE, half away from zero
     from DECIMAL) in DuckDB; Spark truncates, so round first."""
@@ -680,7 +805,15 @@ def spark_casts(expression: exp.Expression, ctx: Context) -> exp.Expression:
 
 
 def spark_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
-    """``SUM`` → ``try_sum``: NULL (read as 0) rather than a wrapped value on overflow."""
+    """``SUM`` → ``try_sum``: NULL rather than a wrapped value on overflow. Integers are
+    summed as DECIMAL(38, 0): a BIGINT total overflows at 2**63, which clamped values
+    can reach, and a total that became NULL only on some data would move a statistic
+    far beyond its sensitivity; 38 digits hold any sum of 64-bit values of 2**48 rows."""
+    def widen(node):
+        if ctx.family(node.this) == INT and not isinstance(node.this, exp.Distinct):
+            node.set("this", exp.Cast(this=node.this, to=exp.DataType.build("DECIMAL(38, 0)")))
+        return node
+    expression = _replace_all(expression, exp.Sum, widen)
     return _sums_as(expression, "TRY_SUM")
 
 
@@ -689,7 +822,7 @@ def spark_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
         this="XXHASH64", expressions=[uid, *keys, seed]))
 
 
-SPARK = (spark_try, spark_casts, spark_sums, spark_hash)
+SPARK = (spark_dates, spark_try, spark_casts, spark_sums, _python_dates, spark_hash)
 
 
 def apply(expression: exp.Expression, transforms, ctx: Context) -> exp.Expression:
@@ -698,3 +831,84 @@ def apply(expression: exp.Expression, transforms, ctx: Context) -> exp.Expressio
     for transform in transforms:
         expression = transform(expression, ctx)
     return expression
+
+
+# -- what can fail at run time, per backend (data for dpsql.rewrite.check_guards) -------
+
+
+@dataclass(frozen=True)
+class Failures:
+    """What an engine raises on at run time, and what protects against it.
+
+    :func:`dpsql.rewrite.check_guards.check_guards` reads one of these to decide, for
+    every node of the final SQL, whether it can fail on some row; a node that can is
+    allowed only inside a guard the engine honours, and where an engine has no guard for
+    it the query is refused before the charge (a gap of that backend, with its reason).
+    """
+
+    #: Name in error messages.
+    name: str
+    #: Node types whose whole subtree cannot raise (DuckDB's ``TRY``); none elsewhere.
+    guards: tuple = ()
+    #: Functions (written as ``exp.Anonymous``) that cannot raise on any input.
+    safe_functions: frozenset = frozenset()
+    #: ``+ - *`` and negation of integers raise on overflow (else they wrap or widen).
+    integer_overflow: bool = True
+    #: Arithmetic on doubles raises on overflow or underflow (PostgreSQL).
+    float_overflow: bool = False
+    #: ``/ // %`` raise on a zero divisor.
+    division_by_zero: bool = True
+    #: A CAST raises on a value it cannot convert.
+    casts: bool = True
+    #: A comparison (or LEAST, CASE, ...) of mixed types casts values per row.
+    mixed_types: bool = True
+    #: Arithmetic on exact decimals is bounded: ``"decimal38"`` (DuckDB, overflow beyond
+    #: 38 digits), ``"numeric"`` (PostgreSQL: only absurd magnitudes overflow), ``"none"``.
+    decimals: str = "decimal38"
+    #: SUM/AVG raise when the total overflows its accumulator.
+    sum_overflow: bool = True
+    #: Date and interval arithmetic raise outside the engine's range.
+    temporal_overflow: bool = True
+    #: SQRT/LN outside their domain and EXP overflow raise.
+    domain_errors: bool = False
+    #: SUBSTRING raises for offsets and lengths beyond this magnitude (None: never).
+    substring_limit: int | None = None
+    #: The engine's own SUM of integers raises on overflow (SQLite's SUM).
+    plain_sum_raises: bool = False
+    #: ABS of the smallest integer raises.
+    abs_overflow: bool = True
+    #: Text handed to a Python function of dpsql's must be valid UTF-8 (SQLite).
+    udf_text: bool = False
+
+
+#: DuckDB: ``TRY(...)`` turns any error of its argument into NULL (not running out of
+#: memory: sizes are capped instead). Doubles give inf/NaN rather than raising.
+DUCKDB_FAILURES = Failures(
+    "DuckDB", guards=(exp.Try,), safe_functions=frozenset({"HASH"}), float_overflow=False)
+#: PostgreSQL: no TRY; the dialect layer writes every operation in a form that cannot
+#: raise (NUMERIC arithmetic, range-checked casts, CASE guards), and the check verifies it.
+POSTGRES_FAILURES = Failures(
+    "PostgreSQL", safe_functions=frozenset({"HASHTEXTEXTENDED", "PG_INPUT_IS_VALID", "DIV"}),
+    float_overflow=True, mixed_types=False, decimals="numeric", sum_overflow=False,
+    domain_errors=True, substring_limit=2147483647)
+#: SQLite: integer overflow becomes REAL, division by zero and bad casts give NULL or 0;
+#: but its SUM and ABS raise on integer overflow (the dialect layer writes TOTAL and
+#: MAX(x, -x)) and dpsql's keyed hash, a Python function, fails on invalid UTF-8 text.
+SQLITE_FAILURES = Failures(
+    "SQLite", safe_functions=frozenset({"TOTAL", SQLITE_HASH.upper(), SQLITE_FMOD.upper(),
+                                        "STRFTIME", "DATE", "DATETIME"}),
+    integer_overflow=False, division_by_zero=False, casts=False, mixed_types=False,
+    decimals="none", sum_overflow=False, temporal_overflow=False, plain_sum_raises=True,
+    udf_text=True)
+#: Spark SQL with ``spark.sql.ansi.enabled = false``: arithmetic wraps (the dialect
+#: layer writes ``try_*`` where DuckDB would give NULL), casts and division by zero give
+#: NULL; interval arithmetic still raises on overflow.
+SPARK_FAILURES = Failures(
+    "Spark SQL", safe_functions=frozenset({"TRY_ADD", "TRY_SUBTRACT", "TRY_MULTIPLY",
+                                           "TRY_DIVIDE", "TRY_SUM", "XXHASH64", "BROUND"}),
+    integer_overflow=False, division_by_zero=False, casts=False, mixed_types=False,
+    decimals="none", sum_overflow=False, abs_overflow=False)
+
+#: The failure model of each backend, by its sqlglot dialect name.
+FAILURES = {"duckdb": DUCKDB_FAILURES, "postgres": POSTGRES_FAILURES,
+            "sqlite": SQLITE_FAILURES, "spark": SPARK_FAILURES}

@@ -18,13 +18,15 @@ from dpsql.rewrite.per_user_aggregate import per_user_aggregate
 from dpsql.rewrite.restrict_domains import restrict_domains
 from dpsql.rewrite.statistics_query import statistics_query
 
+#: The passes in order. ``guard_errors`` comes last: it guards every expression of the
+#: final tree, including what the earlier passes copied or wrote (issue 14, finding 9).
 RULES = (
-    guard_errors,
     restrict_domains,
     clamp_values,
     per_user_aggregate,
     bound_groups,
     count_distinct_values,
+    guard_errors,
 )
 
 

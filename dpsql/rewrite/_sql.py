@@ -11,8 +11,13 @@ def number(value: float) -> exp.Expression:
     >>> number(-2.0).sql(), number(0.5).sql()
     ('-2', '0.5')
     """
-    if float(value).is_integer():
+    if float(value).is_integer() and abs(value) < 2**53:
         value = int(value)
+    elif float(value).is_integer():
+        # a huge whole bound as a float literal (1e+300), not a 301-digit integer
+        # that engines would type beyond their widest integer
+        literal = exp.Literal.number(repr(abs(float(value))))
+        return exp.Neg(this=literal) if value < 0 else literal
     literal = exp.Literal.number(abs(value))
     return exp.Neg(this=literal) if value < 0 else literal
 

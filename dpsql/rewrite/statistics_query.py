@@ -17,8 +17,15 @@ def statistics_query(plan: Plan) -> exp.Select:
     """Builds ``SELECT keys, statistics FROM table WHERE ... GROUP BY keys``.
 
     >>> from dpsql.engine import _demo_plan
-    >>> statistics_query(_demo_plan("SELECT sex, AVG(age) FROM pums GROUP BY sex")).sql()
-    'SELECT sex AS __k0, SUM(age - 50) AS __s0, COUNT(*) AS __s1 FROM pums GROUP BY sex'
+    >>> print(statistics_query(_demo_plan("SELECT sex, AVG(age) FROM pums GROUP BY sex"))
+    ...       .sql(pretty=True))
+    SELECT
+      sex AS __k0,
+      SUM(CAST(age AS DOUBLE) - 50) AS __s0,
+      COUNT(*) AS __s1
+    FROM pums
+    GROUP BY
+      sex
     """
     select = exp.select(*(exp.alias_(k.expr.copy(), k.name) for k in plan.keys))
     for stat in plan.stats:
@@ -85,22 +92,35 @@ def bin_argument(aggregate: exp.Expression) -> exp.Expression:
 
 
 def value_expression(stat: Statistic, arg: exp.Expression) -> exp.Expression:
-    """The per-row value a SUM-like statistic adds up: ``arg``, ``arg − m`` or ``(arg − m)²``."""
+    """The per-row value a SUM-like statistic adds up: ``arg``, ``arg − m`` or ``(arg − m)²``.
+
+    The centre's subtraction and the square are dpsql's own arithmetic, so they run in
+    DOUBLE, which cannot overflow whatever the column's type (``(age − 50)²`` in a
+    TINYINT column would fail for most ages): these statistics are fractional anyway.
+
+    >>> from dpsql.engine import _demo_plan
+    >>> plan = _demo_plan("SELECT VARIANCE(age) FROM pums")
+    >>> value_expression(plan.stats[0], exp.column("age")).sql()
+    '(CAST(age AS DOUBLE) - 50) * (CAST(age AS DOUBLE) - 50)'
+    """
     if stat.kind == "sumsq":
-        return exp.Mul(this=exp.paren(exp.Sub(this=arg, expression=number(stat.center))),
-                       expression=exp.paren(exp.Sub(this=arg.copy(),
+        return exp.Mul(this=exp.paren(exp.Sub(this=_double(arg), expression=number(stat.center))),
+                       expression=exp.paren(exp.Sub(this=_double(arg.copy()),
                                                     expression=number(stat.center))))
     if stat.center:
-        return exp.Sub(this=arg, expression=number(stat.center))
+        return exp.Sub(this=_double(arg), expression=number(stat.center))
     return arg
+
+
+def _double(arg: exp.Expression) -> exp.Expression:
+    return exp.Cast(this=arg, to=exp.DataType.build("DOUBLE"))
 
 
 def argument(stat: Statistic, aggregate: exp.Expression) -> exp.Expression:
     """The analyst's per-row expression inside a SUM-like statistic built above."""
     value = aggregate.this
     if stat.kind == "sumsq":
-        return value.this.this.this
+        return value.this.this.this.this
     if stat.center:
-        return value.this
+        return value.this.this
     return value
-
