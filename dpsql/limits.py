@@ -58,10 +58,12 @@ class Limits:
     #: from the query: REPLACE multiplies lengths, || adds them. Data strings without a
     #: ``values`` list count as length 1, so for them it bounds the growth factor.
     max_value_length: int = 10_000
-    #: Most work of evaluating one public-domain image in process: input combinations
-    #: times the summed length bounds of the expression's nodes (at least 8 per node).
-    #: Over it, the key is not enumerated and comes from the data instead.
-    max_domain_work: int = 20_000_000
+    #: Most work of evaluating public-domain images in process for one query: per
+    #: image, input combinations times the summed length bounds of the expression's
+    #: nodes (at least 8 per node), plus 4 million for each scratch database opened
+    #: (50 million is about half a second). Over it, a key is not enumerated and comes
+    #: from the data instead.
+    max_domain_work: int = 50_000_000
     #: Most characters of one public-domain image (its keys are inlined into the SQL as
     #: literals); over it, the key comes from the data instead.
     max_domain_chars: int = 1_000_000

@@ -349,7 +349,9 @@ class _Analysis:
         return keys
 
     def _domain(self, expr: exp.Expression) -> tuple | None:
-        return domain(expr, self.scope.column)
+        # one running total of in-process image work for all the query's keys
+        work = self.__dict__.setdefault("domain_work", [0])
+        return domain(expr, self.scope.column, self.limits, work)
 
     def post_expr(self, e: exp.Expression, keys: list[GroupKey], where: str,
                   aliases: dict[str, exp.Expression] | None = None) -> exp.Expression:

@@ -26,8 +26,10 @@ owner's :class:`~dpsql.limits.Limits`, before anything runs:
   alone (``REPLACE`` multiplies lengths, ``||`` adds them): a bound over
   ``max_value_length`` refuses the query (:func:`check_value_lengths`), which is fast
   and free whatever the literals ask for;
-* inputs × the summed bounds of all nodes (``max_domain_work``) must fit, or the key
-  is not evaluated and comes from the data (partition selection);
+* inputs × the summed bounds of all nodes, plus the cost of opening a database, must
+  fit into ``max_domain_work`` — summed over all the keys of one query when the caller
+  passes ``work`` — or the key is not evaluated and comes from the data (partition
+  selection);
 * afterwards every produced value is checked again, and an image of more than
   :data:`MAX_VALUES` keys or ``max_domain_chars`` characters is not kept.
 
@@ -77,10 +79,24 @@ SCALAR_TEXT = 128
 #: Lengths are capped here while they are combined (a product of many REPLACEs would
 #: otherwise grow huge integers); anything this large is far over every limit.
 _CAP = 2**62
+#: Work units charged for each image evaluated (opening, filling and closing a scratch
+#: database: ~40 ms, what ~4 million units of evaluation cost), so many cheap images
+#: still add up to a bounded total.
+OPEN_COST = 4_000_000
+
 
 def domain(expr: exp.Expression, lookup: Callable[[exp.Column], Column],
-           limits: Limits = DEFAULT) -> tuple | None:
+           limits: Limits = DEFAULT, work: list[int] | None = None) -> tuple | None:
     """The public domain of a group key, or None when it must come from the data.
+
+    Args:
+        expr: the key expression.
+        lookup: resolves a column to its catalog entry.
+        limits: the owner's limits.
+        work: one query's running total of image work (a one-element list shared by
+            all its keys): once evaluating another image would take it over
+            ``limits.max_domain_work``, keys are no longer evaluated in process and
+            come from the data. None: each image is bounded on its own.
 
     Raises:
         UnsupportedQueryError: evaluating the key could produce a value longer than
@@ -94,7 +110,7 @@ def domain(expr: exp.Expression, lookup: Callable[[exp.Column], Column],
     if fixed is not None:
         nullable = _nullable(expr, lookup)
         return tuple(range(fixed[0], fixed[1] + 1)) + ((None,) if nullable else ())
-    return _image(expr, lookup, limits)
+    return _image(expr, lookup, limits, [0] if work is None else work)
 
 
 def column_values(col: Column, dates: bool = True, limits: Limits = DEFAULT) -> tuple | None:
@@ -151,7 +167,7 @@ def _nullable(expr: exp.Expression, lookup) -> bool:
     return any(lookup(c).nullable for c in expr.find_all(exp.Column))
 
 
-def _image(expr: exp.Expression, lookup, limits: Limits) -> tuple | None:
+def _image(expr: exp.Expression, lookup, limits: Limits, spent: list[int]) -> tuple | None:
     columns: dict[str, exp.Column] = {}
     for c in expr.find_all(exp.Column):
         columns.setdefault(c.sql(), c)
@@ -174,8 +190,8 @@ def _image(expr: exp.Expression, lookup, limits: Limits) -> tuple | None:
     check_value_lengths(expr, None, limits, found)
     if found.get(id(expr)) is None:
         return None  # a construct the length bound does not model: not run in process
-    work = combinations * sum(max(b, 8) for b in found.values() if b is not None)
-    if work > limits.max_domain_work:
+    work = OPEN_COST + combinations * _work_per_row(expr, found)
+    if spent[0] + work > limits.max_domain_work:
         return None
     names = {sql: f"__c{i}" for i, sql in enumerate(columns)}
 
@@ -189,7 +205,7 @@ def _image(expr: exp.Expression, lookup, limits: Limits) -> tuple | None:
         .distinct().from_(sources[0])
     for source in sources[1:]:
         query = query.join(source, join_type="CROSS")
-    values = _evaluate(checked_sql(query), tuple(inputs))
+    values = _evaluate(checked_sql(query), tuple(inputs), spent, work)
     if values is None or len(values) > MAX_VALUES:
         return None
     longest = max((_text_length(v) for v in values), default=0)
@@ -212,13 +228,18 @@ _CACHE_SIZE = 256
 _CACHE_CHARS = 20_000
 
 
-def _evaluate(sql: str, inputs: tuple[tuple, ...]) -> list | None:
-    """The distinct values of ``sql`` over the input columns ``__in0 ...``, or None."""
+def _evaluate(sql: str, inputs: tuple[tuple, ...], spent: list[int],
+              work: int) -> list | None:
+    """The distinct values of ``sql`` over the input columns ``__in0 ...``, or None.
+
+    Charges ``work`` to ``spent`` unless the image is cached.
+    """
     key = (sql, inputs)
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
+    spent[0] += work
     with scratch() as con:
         try:
             for i, values in enumerate(inputs):
@@ -233,6 +254,25 @@ def _evaluate(sql: str, inputs: tuple[tuple, ...]) -> list | None:
             if len(_cache) > _CACHE_SIZE:
                 _cache.popitem(last=False)
     return values
+
+
+def _work_per_row(expr: exp.Expression, found: dict[int, int | None]) -> int:
+    """Characters (at least 8 per node) one evaluation of ``expr`` may touch.
+
+    A node of fixed-size type (a number, date, bool) counts 8, whatever its text would
+    be: only strings carry their length through the evaluation.
+    """
+    total = 0
+    for node in expr.walk():
+        bound = found.get(id(node))
+        if bound is None:
+            continue
+        scalar = isinstance(node, _SCALAR) and not (
+            isinstance(node, exp.Literal) and node.is_string) or (
+            isinstance(node, exp.Cast | exp.TryCast)
+            and not node.to.is_type(*exp.DataType.TEXT_TYPES))
+        total += 8 if scalar else max(bound, 8)
+    return total
 
 
 def _text_length(value) -> int:
