@@ -8,10 +8,11 @@ ones dpsql reads). LIKE is made case-sensitive, as in DuckDB.
 
 One statement, compiled not run: Python's ``sqlite3`` prepares exactly one statement per
 call and refuses text that holds a second one ("You can only execute one statement at a
-time") before anything runs. The pre-charge check compiles the query under ``EXPLAIN``,
-which lists the compiled program and runs none of it. A progress handler interrupts a
-query that runs longer than the owner's ``statement_timeout_seconds``
-(:class:`~dpsql.limits.Limits`).
+time") before anything runs; while a query's statement compiles, the authorizer allows
+reading only (no PRAGMA, no transaction statement). The pre-charge check compiles the
+query under ``EXPLAIN``, which lists the compiled program and runs none of it. A
+progress handler interrupts a query that runs longer than the owner's
+``statement_timeout_seconds`` (:class:`~dpsql.limits.Limits`).
 
 SQLite has no hash function, so dpsql registers ``dpsql_hash(seed, uid, keys...)`` — a
 keyed BLAKE2b of the values — on its own connection for the L0 order; and no
@@ -23,6 +24,7 @@ BIGINT, ``REAL``/``DOUBLE`` → DOUBLE, ``TEXT`` → VARCHAR, ``DECIMAL(p,s)``, 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import sqlite3
@@ -47,12 +49,28 @@ _ALLOWED_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "in
 _DENIED_FUNCTIONS = {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"}
 
 
-def _authorizer(action, arg1, arg2, dbname, source):
+class _Guard:
+    """State of dpsql's connection around one statement built from a query: its
+    deadline (a ``time.monotonic()`` value, or None) and whether only a query may be
+    compiled (no PRAGMA, no transaction statement: nothing but reading)."""
+
+    def __init__(self):
+        self.deadline: float | None = None
+        self.query_only = False
+
+    def interrupt(self) -> bool:
+        """The progress handler: True stops the running statement."""
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+
+def _authorizer(guard: _Guard, action, arg1, arg2, dbname, source):
     if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE):
         return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_FUNCTION:
         return sqlite3.SQLITE_DENY if (arg2 or "").lower() in _DENIED_FUNCTIONS \
             else sqlite3.SQLITE_OK
+    if guard.query_only:  # a query's statement: reading and nothing else
+        return sqlite3.SQLITE_DENY
     if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _ALLOWED_PRAGMAS and (
             arg2 is None or (arg1 or "").lower() != "read_uncommitted"):
         return sqlite3.SQLITE_OK
@@ -86,19 +104,17 @@ def fmod(a, b):
 _PROGRESS_STEPS = 10_000
 
 
-def _connect_read_only(path: Path, deadline: list) -> sqlite3.Connection:
-    """dpsql's connection; ``deadline[0]`` (a ``time.monotonic()`` value, or None) is
-    when the running statement is interrupted."""
+def _connect_read_only(path: Path, guard: _Guard) -> sqlite3.Connection:
+    """dpsql's connection, read-only, under ``guard`` (deadline, queries only)."""
     uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
     con = sqlite3.connect(uri, uri=True, check_same_thread=False)
-    con.set_progress_handler(
-        lambda: deadline[0] is not None and time.monotonic() > deadline[0], _PROGRESS_STEPS)
+    con.set_progress_handler(guard.interrupt, _PROGRESS_STEPS)
     con.create_function(dialects.SQLITE_HASH, -1, keyed_hash, deterministic=True)
     con.create_function(dialects.SQLITE_FMOD, 2, fmod, deterministic=True)
     con.execute("PRAGMA query_only = ON")
     con.execute("PRAGMA trusted_schema = OFF")
     con.execute("PRAGMA case_sensitive_like = ON")
-    con.set_authorizer(_authorizer)
+    con.set_authorizer(functools.partial(_authorizer, guard))
     return con
 
 
@@ -139,10 +155,9 @@ class SQLiteBackend(SQLAlchemyBackend):
         if not path.exists():
             raise BackendError(f"SQLite database file {str(path)!r} does not exist")
         self.path = path
-        self._deadline: list = [None]
-        deadline = self._deadline
+        self._guard = guard = _Guard()
         engine = sa.create_engine("sqlite://",
-                                  creator=lambda: _connect_read_only(path, deadline),
+                                  creator=lambda: _connect_read_only(path, guard),
                                   poolclass=StaticPool)
         failure = None
         try:
@@ -224,24 +239,27 @@ class SQLiteBackend(SQLAlchemyBackend):
                    f"UNION ALL VALUES {values})")
         return {c.lower() for c, n in zip(columns, rows[0], strict=True) if n != len(probes)}
 
-    def _timed(self, conn, sql: str):
-        """Runs one statement under the owner's timeout; returns its result."""
+    def _guarded(self, conn, sql: str):
+        """Runs one statement built from a query under the owner's timeout, where the
+        authorizer lets nothing but reading compile; returns (description, rows)."""
         seconds = self.limits.statement_timeout_seconds
-        self._deadline[0] = time.monotonic() + seconds if seconds > 0 else None
+        self._guard.deadline = time.monotonic() + seconds if seconds > 0 else None
+        self._guard.query_only = True
         try:
             result = conn.exec_driver_sql(sql)
             return result.cursor.description, result.fetchall()
         finally:
-            self._deadline[0] = None
+            self._guard.deadline = None
+            self._guard.query_only = False
 
     def _describe(self, conn, sql: str, expression: exp.Expression) -> list[tuple[str, str]]:
         # EXPLAIN compiles the one statement (sqlite3 refuses text holding a second) and
         # lists its program without running it
-        self._timed(conn, "EXPLAIN " + sql)
+        self._guarded(conn, "EXPLAIN " + sql)
         return self._inferred_types(expression)
 
     def _run(self, conn, sql: str):
-        return self._timed(conn, sql)
+        return self._guarded(conn, sql)
 
 
 def _quote(name: str) -> str:
