@@ -70,6 +70,8 @@ class DiscreteGaussian:
         bounds it because the discrete Gaussian's tails are no heavier than those of
         the continuous Gaussian shifted by one (CKS 2020, Prop. 25).
         """
+        if alpha == 0:  # a level that underflowed (alpha split over many statistics)
+            return math.inf
         if not 0 < alpha < 1:
             raise PrivacyParameterError(f"alpha must be in (0, 1), got {alpha!r}")
         if self.sigma > 1000 or alpha < 1e-12:  # the pmf's sums resolve no finer level

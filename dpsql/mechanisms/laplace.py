@@ -118,6 +118,8 @@ class DiscreteLaplace:
         ``log q = −s/t`` is taken exactly, not as ``log(exp(−s/t))``, which loses the
         relative precision of ``1 − q`` for large scales (and is 0 once ``q`` rounds to 1).
         """
+        if alpha == 0:  # a level that underflowed (alpha split over many statistics)
+            return math.inf
         if not 0 < alpha < 1:
             raise PrivacyParameterError(f"alpha must be in (0, 1), got {alpha!r}")
         q = math.exp(-self.s / self.t)

@@ -57,8 +57,8 @@ class LaplaceThreshold:
 
     def leak_probability(self) -> float:
         """Chance that some key held only by the differing user is released (<= δ)."""
-        q = math.exp(-1.0 / self.noise.scale)
-        return self.max_groups * q ** (self.threshold - 1) / (1 + q)
+        log_q = -self.noise.s / self.noise.t  # exact: q ** m amplifies q's rounding m-fold
+        return self.max_groups * math.exp((self.threshold - 1) * log_q) / (1 + math.exp(log_q))
 
     def release(self, user_counts: Sequence[int]) -> tuple[list[int], list[bool]]:
         """Noisy user counts and, for each key, whether it is released."""

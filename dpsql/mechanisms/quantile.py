@@ -159,6 +159,8 @@ def edge_errors(mechanism, q: float, count: int, alpha: float) -> np.ndarray:
     """
     k = np.arange(count + 1, dtype=np.float64)
     high, low = k, count - k  # coordinates weighted (1 − q) and q
+    if alpha == 0:  # a level that underflowed: no finite bound
+        return np.full(count + 1, np.inf)
     if not 0 < alpha < 1:
         raise PrivacyParameterError(f"alpha must be in (0, 1), got {alpha!r}")
     log_2_over_alpha = math.log(2) - math.log(alpha)  # 2/α overflows for a tiny α
