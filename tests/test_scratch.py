@@ -1,4 +1,4 @@
-"""The shared in-memory DuckDB for post-processing: isolated uses, threads, no files."""
+"""The scratch DuckDBs for post-processing: one fresh database per use, threads, no files."""
 
 from __future__ import annotations
 
@@ -39,3 +39,94 @@ def test_no_file_access(tmp_path):
         con.execute(f"SELECT * FROM read_csv('{tmp_path / 'secret.csv'}')").fetchall()
     with scratch() as con, pytest.raises(duckdb.Error):
         con.execute("SET enable_external_access = true")
+
+
+# -- issue 13, class 4: nothing one use of the scratch database does is seen by another --
+
+PERSISTENT = [
+    # (statement in one use, probe in the next, what the probe must return there)
+    ("CREATE MACRO round(x, y) AS 4242", "SELECT round(2.5::DOUBLE, 0)", [(3.0,)]),
+    ("CREATE TEMP MACRO round(x, y) AS 4242", "SELECT round(2.5::DOUBLE, 0)", [(3.0,)]),
+    ("CREATE TABLE __noisy AS SELECT 4242 AS x",
+     "SELECT COUNT(*) FROM duckdb_tables() WHERE table_name = '__noisy'", [(0,)]),
+    ("CREATE VIEW v AS SELECT 1", "SELECT COUNT(*) FROM duckdb_views() WHERE NOT internal",
+     [(0,)]),
+    ("CREATE TYPE mood AS ENUM ('a')",
+     "SELECT COUNT(*) FROM duckdb_types() WHERE type_name = 'mood'", [(0,)]),
+    ("CREATE SEQUENCE s", "SELECT COUNT(*) FROM duckdb_sequences()", [(0,)]),
+    ("CREATE SCHEMA s2", "SELECT COUNT(*) FROM duckdb_schemas() WHERE schema_name = 's2'",
+     [(0,)]),
+    ("ATTACH ':memory:' AS m",
+     "SELECT COUNT(*) FROM duckdb_databases() WHERE database_name = 'm'", [(0,)]),
+    ("SET VARIABLE v = 42", "SELECT getvariable('v')", [(None,)]),
+]
+
+
+@pytest.mark.parametrize(("statement", "probe", "expected"), PERSISTENT,
+                         ids=[p[0].split(" AS")[0][:30] for p in PERSISTENT])
+def test_one_use_leaves_nothing_for_the_next(statement, probe, expected):
+    with scratch() as con:
+        con.execute(statement)
+    with scratch() as con:
+        assert con.execute(probe).fetchall() == expected
+
+
+@pytest.mark.parametrize("statement", [
+    "SET memory_limit = '100GB'", "SET threads = 64", "SET enable_external_access = true",
+    "RESET lock_configuration", "PRAGMA disable_optimizer", "SET GLOBAL TimeZone = 'UTC'",
+    "SET autoload_known_extensions = true", "SET python_enable_replacements = true",
+    "SET temp_directory = '/tmp'",
+])
+def test_the_configuration_is_locked(statement):
+    with scratch() as con, pytest.raises(duckdb.Error):
+        con.execute(statement)
+
+
+def test_python_variables_are_not_scanned():
+    secret_rows = pa.table({"x": [42]})  # noqa: F841 - what a replacement scan would read
+    with scratch() as con, pytest.raises(duckdb.Error):
+        con.execute("SELECT * FROM secret_rows").fetchall()
+
+
+def test_run_checks_the_sql_before_executing_it():
+    import sqlglot
+    from sqlglot import exp
+
+    from dpsql.errors import UnsupportedQueryError
+    from dpsql.scratch import run
+
+    tree = sqlglot.parse_one("SELECT CAST(1 AS INT) AS x")
+    tree.find(exp.DataType).replace(exp.DataType(
+        this=exp.DataType.Type.USERDEFINED,
+        kind="INT) AS x; CREATE MACRO round(x, y) AS 4242; SELECT CAST(1 AS INT"))
+    with scratch() as con:
+        with pytest.raises(UnsupportedQueryError, match="output check"):
+            run(con, tree)
+        # nothing ran: the macro was never created, even in this database
+        assert con.execute("SELECT round(2.5::DOUBLE, 0)").fetchall() == [(3.0,)]
+
+
+def test_a_poisoned_scratch_use_cannot_change_another_analysts_answer(tmp_path, monkeypatch):
+    """The issue's attack: a macro defined in one use changed ROUND(COUNT(*), 0) elsewhere."""
+    import dataclasses
+
+    import dpsql
+    import dpsql.postprocess
+    from dpsql.datasets import load_pums, pums_catalog
+
+    path = tmp_path / "pums.duckdb"
+    load_pums(path)
+    catalog = dataclasses.replace(pums_catalog(), budget=None)
+    conn = dpsql.connect(path, catalog=catalog, budget=(100.0, 1e-3), ledger=":memory:")
+    try:
+        # the attacker's route: anything run in one post-processing database
+        with scratch() as con:
+            con.execute("CREATE MACRO round(x, y) AS 4242")
+            con.execute("CREATE TABLE __noisy AS SELECT 4242 AS n, 0 AS __rid")
+        dpsql.postprocess._bind.cache_clear()
+        for sql in ("SELECT ROUND(COUNT(*), 0) AS n FROM pums",
+                    "SELECT sex, ROUND(COUNT(*), 0) AS n FROM pums GROUP BY sex ORDER BY n"):
+            res = conn.execute(sql, epsilon=1.0)
+            assert all(300 < row[-1] < 1300 for row in res.rows), res.rows  # not 4242
+    finally:
+        conn.close()
