@@ -860,6 +860,8 @@ class Failures:
     division_by_zero: bool = True
     #: A CAST raises on a value it cannot convert.
     casts: bool = True
+    #: TRY_CAST cannot raise (PostgreSQL has none: the dialect layer writes guarded casts).
+    try_cast: bool = True
     #: A comparison (or LEAST, CASE, ...) of mixed types casts values per row.
     mixed_types: bool = True
     #: Arithmetic on exact decimals is bounded: ``"decimal38"`` (DuckDB, overflow beyond
@@ -889,7 +891,8 @@ DUCKDB_FAILURES = Failures(
 #: raise (NUMERIC arithmetic, range-checked casts, CASE guards), and the check verifies it.
 POSTGRES_FAILURES = Failures(
     "PostgreSQL", safe_functions=frozenset({"HASHTEXTEXTENDED", "PG_INPUT_IS_VALID", "DIV"}),
-    float_overflow=True, mixed_types=False, decimals="numeric", sum_overflow=False,
+    float_overflow=True, try_cast=False, mixed_types=False, decimals="numeric",
+    sum_overflow=False,
     domain_errors=True, substring_limit=2147483647)
 #: SQLite: integer overflow becomes REAL, division by zero and bad casts give NULL or 0;
 #: but its SUM and ABS raise on integer overflow (the dialect layer writes TOTAL and

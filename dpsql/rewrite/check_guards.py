@@ -70,8 +70,10 @@ _DOUBLE_MAX = Fraction(17976931348623157) * Fraction(10) ** 292
 _REAL_MAX = Fraction(34028234663852886) * Fraction(10) ** 22
 
 _INTS = {"TINYINT": 8, "INT1": 8, "SMALLINT": 16, "INT2": 16, "INTEGER": 32, "INT": 32,
-         "INT4": 32, "SIGNED": 32, "BIGINT": 64, "INT8": 64, "LONG": 64, "HUGEINT": 128}
-_UINTS = {"UTINYINT": 8, "USMALLINT": 16, "UINTEGER": 32, "UBIGINT": 64, "UHUGEINT": 128}
+         "INT4": 32, "SIGNED": 32, "BIGINT": 64, "INT8": 64, "LONG": 64, "HUGEINT": 128,
+         "INT128": 128}
+_UINTS = {"UTINYINT": 8, "USMALLINT": 16, "UINTEGER": 32, "UBIGINT": 64, "UHUGEINT": 128,
+          "UINT128": 128}
 _FLOATS = {"DOUBLE", "FLOAT", "REAL", "FLOAT4", "FLOAT8", "DOUBLE PRECISION"}
 _STRINGS = {"VARCHAR", "TEXT", "STRING", "CHAR", "ENUM", "NVARCHAR", "BPCHAR", "NCHAR"}
 _CATALOG = {"int": INT, "float": NUMBER, "string": STRING, "bool": BOOL, "date": DATE,
@@ -769,7 +771,7 @@ def node_failure(node: exp.Expression, typer: Typer, failures: Failures) -> str 
     """Why ``node`` itself (not its children) can raise on some row, or None."""
     t = typer.type
     f = failures
-    if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
+    if isinstance(node, exp.Cast) and (not isinstance(node, exp.TryCast) or not f.try_cast):
         return _cast_failure(node, typer, f)
     if isinstance(node, _STRUCTURE):
         return None
