@@ -53,6 +53,7 @@ True
 from __future__ import annotations
 
 import datetime
+import hashlib
 import math
 import threading
 from collections import OrderedDict
@@ -219,13 +220,14 @@ def _image(expr: exp.Expression, lookup, limits: Limits, spent: list[int]) -> tu
     return tuple(known) + ((None,) if None in values else ())
 
 
-#: Images already evaluated: (checked SQL, inputs) → values. The image is a function of
-#: the query text and the catalog alone, so repeated key expressions skip the ~15 ms of a
-#: fresh database. Only small images are kept (:data:`_CACHE_CHARS`).
-_cache: OrderedDict[tuple, list | None] = OrderedDict()
+#: Images already evaluated: (checked SQL, digest of the inputs) → values. The image is a
+#: function of the query text and the catalog alone, so a repeated key expression (the
+#: same query again, or epsilon_for's search) skips evaluating it. The cache holds at
+#: most _CACHE_CHARS characters of values in all (least recently used out first).
+_cache: OrderedDict[tuple, tuple[list | None, int]] = OrderedDict()
 _cache_lock = threading.Lock()
-_CACHE_SIZE = 256
-_CACHE_CHARS = 20_000
+_CACHE_CHARS = 5_000_000
+_cache_chars = 0
 
 
 def _evaluate(sql: str, inputs: tuple[tuple, ...], spent: list[int],
@@ -234,11 +236,13 @@ def _evaluate(sql: str, inputs: tuple[tuple, ...], spent: list[int],
 
     Charges ``work`` to ``spent`` unless the image is cached.
     """
-    key = (sql, inputs)
+    global _cache_chars
+    # a digest, not the inputs themselves: up to max_domain_inputs values per key
+    key = (sql, hashlib.sha256(repr(inputs).encode()).digest())
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
-            return _cache[key]
+            return _cache[key][0]
     spent[0] += work
     with scratch() as con:
         try:
@@ -247,12 +251,14 @@ def _evaluate(sql: str, inputs: tuple[tuple, ...], spent: list[int],
             values = [r[0] for r in con.execute(sql).fetchall()]
         except (duckdb.Error, pa.ArrowException):
             values = None  # not evaluable here: the keys come from the data instead
-    size = sum(_text_length(v) for v in values or ()) + sum(len(v) for v in inputs)
-    if size <= _CACHE_CHARS:
+    size = 16 + sum(_text_length(v) for v in values or ())
+    if size <= _CACHE_CHARS // 4:
         with _cache_lock:
-            _cache[key] = values
-            if len(_cache) > _CACHE_SIZE:
-                _cache.popitem(last=False)
+            if key not in _cache:
+                _cache[key] = (values, size)
+                _cache_chars += size
+            while _cache_chars > _CACHE_CHARS:
+                _cache_chars -= _cache.popitem(last=False)[1][1]
     return values
 
 
