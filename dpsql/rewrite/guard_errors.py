@@ -71,7 +71,16 @@ def guard_errors(expression: exp.Select, plan: Plan) -> exp.Select:
 
 
 def catalog_columns(plan: Plan):
-    """``columns(table)``: the catalog's column types of every table the plan reads."""
+    """``columns(table)``: the column types of every table the plan reads.
+
+    The database's own types when the engine gave them (``plan.backend_columns``, the
+    backend's ``columns``: exact widths and scales, so fewer guards are needed and
+    filters still push down); else the catalog's (a ``float`` column may then be any
+    number, an ``int`` any width, and more is guarded).
+    """
+    backend_columns = getattr(plan, "backend_columns", None)
+    if callable(backend_columns):
+        return backend_columns
     tables = {}
 
     def add(scope) -> None:
