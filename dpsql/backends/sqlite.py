@@ -104,10 +104,23 @@ def fmod(a, b):
 _PROGRESS_STEPS = 10_000
 
 
+def decode_text(raw: bytes) -> str:
+    """SQLite TEXT → str, never an error: SQLite stores whatever bytes it was given, and
+    the default decoding fails the fetch (after the charge) on a value that is not UTF-8.
+    Bytes that are not UTF-8 are written as ``\\xNN`` escapes (different invalid bytes
+    stay different; the result is always valid text).
+
+    >>> decode_text("é".encode()), decode_text(b"\\xffa")
+    ('é', '\\\\xffa')
+    """
+    return raw.decode("utf-8", "backslashreplace")
+
+
 def _connect_read_only(path: Path, guard: _Guard) -> sqlite3.Connection:
     """dpsql's connection, read-only, under ``guard`` (deadline, queries only)."""
     uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
     con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+    con.text_factory = decode_text
     con.set_progress_handler(guard.interrupt, _PROGRESS_STEPS)
     con.create_function(dialects.SQLITE_HASH, -1, keyed_hash, deterministic=True)
     con.create_function(dialects.SQLITE_FMOD, 2, fmod, deterministic=True)

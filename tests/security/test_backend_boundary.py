@@ -532,6 +532,24 @@ def test_sqlite_interrupts_a_statement_after_the_timeout(built, monkeypatch, sec
         backend.close()
 
 
+def test_sqlite_text_that_is_not_utf8_is_returned(tmp_path, monkeypatch):
+    """SQLite keeps any bytes as TEXT; reading them never fails (after the charge)."""
+    path = tmp_path / "bytes.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (k TEXT)")
+    con.execute("INSERT INTO t VALUES (CAST(X'FF61' AS TEXT)), (CAST(X'FE61' AS TEXT)), ('é')")
+    con.commit()
+    con.close()
+    backend = SQLiteBackend(f"sqlite:///{path}")
+    try:
+        patch_sql(monkeypatch, backend, "SELECT k AS y, COUNT(*) AS n FROM t GROUP BY k")
+        backend.check(TREE)
+        _, rows = backend.execute(TREE)
+        assert sorted(rows) == [("\\xfea", 1), ("\\xffa", 1), ("é", 1)]
+    finally:
+        backend.close()
+
+
 # -- errors outside queries ------------------------------------------------------------
 
 
