@@ -168,7 +168,7 @@ class Connection:
             self._seed_budgets(budget)
             self._cap = None if budget is None else ((float(budget[0]), float(budget[1])),
                                                      [])
-            self._backend: Backend | None = open_backend(database)
+            self._backend: Backend | None = open_backend(database, limits=self._catalog.limits)
         except BaseException:
             if self._owns_ledger:  # a refused connection leaves no ledger file open
                 ledger.close()
@@ -248,7 +248,7 @@ class Connection:
         try:
             alpha = self._check_alpha(alpha)
             sql, epsilon, delta, max_groups, max_rows = _options(
-                sql, epsilon, delta, max_groups, max_rows)
+                sql, epsilon, delta, max_groups, max_rows, self._catalog.limits)
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
                                                       mechanism)
             self._check(plan, expression, backend)
@@ -306,7 +306,7 @@ class Connection:
         try:
             alpha = self._check_alpha(alpha)
             sql, epsilon, delta, max_groups, max_rows = _options(
-                sql, epsilon, delta, max_groups, max_rows)
+                sql, epsilon, delta, max_groups, max_rows, self._catalog.limits)
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups,
                                                       max_rows, mechanism)
             sql_text = backend.to_sql(expression)
@@ -424,7 +424,7 @@ class Connection:
         else:
             key_types = ["VARCHAR" if k.domain and isinstance(k.domain[0], str) else "DOUBLE"
                          for k in plan.keys]
-        check_postprocess(plan, key_types)
+        check_postprocess(plan, key_types, self._catalog.limits)
 
     def _check_alpha(self, alpha: float | None) -> float:
         if alpha is None:
@@ -459,6 +459,7 @@ class Connection:
                     "checks the database, not the catalog); a duplicated key would attach "
                     "one row to two users")
         plan.reuse_ctes = backend.supports_materialized_ctes
+        plan.backend_columns = backend.columns
         return plan, rewrite(plan), backend
 
     def _unique(self, backend: Backend, table: str) -> set[tuple[str, ...]]:
@@ -504,10 +505,10 @@ class Connection:
         self._schemas_ok.add(table.name)
 
 
-def _options(sql, epsilon, delta, max_groups, max_rows):
+def _options(sql, epsilon, delta, max_groups, max_rows, limits=None):
     """Applies a BigQuery ``WITH DIFFERENTIAL_PRIVACY OPTIONS`` clause over the arguments."""
     if isinstance(sql, str):
-        sql, options = lift_dp_options(sql)
+        sql, options = lift_dp_options(sql, *([limits] if limits is not None else []))
         epsilon = options.get("epsilon", epsilon)
         delta = options.get("delta", delta)
         max_groups = options.get("max_groups", max_groups)

@@ -39,8 +39,10 @@ dpsql.errors.UnsupportedQueryError: dpsql refused its own rewritten query ...
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import sys
 from collections.abc import Collection
 
 import sqlglot
@@ -57,7 +59,7 @@ TYPES = frozenset({
     _T.UINT, _T.UBIGINT, _T.UINT128, _T.FLOAT, _T.DOUBLE, _T.DECIMAL, _T.BIGDECIMAL,
     _T.TEXT, _T.VARCHAR, _T.CHAR, _T.NCHAR, _T.NVARCHAR, _T.BOOLEAN, _T.DATE,
     _T.DATETIME, _T.TIMESTAMP, _T.TIMESTAMPNTZ, _T.TIMESTAMPTZ, _T.TIMESTAMPLTZ,
-    _T.INTERVAL, _T.BIGSERIAL, _T.SERIAL, _T.SMALLSERIAL,
+    _T.INTERVAL, _T.VARBINARY, _T.BLOB, _T.BIGSERIAL, _T.SERIAL, _T.SMALLSERIAL,
 })
 #: Bare keywords dpsql writes: date parts (also in the backends' spellings) and the
 #: few keywords of the dialect transforms.
@@ -165,9 +167,22 @@ def _closed(tree: exp.Expression, tables: set[str] | None, names: set[str]) -> s
     return None
 
 
+@contextlib.contextmanager
+def _deep_recursion(limit: int = 20_000):
+    """dpsql's own SQL nests deeper than the analyst's (guards over every node): room
+    for sqlglot's recursive parser, restored afterwards."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
 def _same(sql: str, dialect: str) -> tuple[str | None, exp.Expression | None]:
     try:
-        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+        with _deep_recursion():
+            statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
         return "the text does not parse again", None
     except RecursionError:

@@ -26,7 +26,7 @@ from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import Interval, bounds
 from dpsql.analyze.derived import inline_ctes
 from dpsql.analyze.determined import determined_columns, key_is_determined
-from dpsql.analyze.domains import domain
+from dpsql.analyze.domains import check_value_lengths, domain
 from dpsql.analyze.plan import Cell, GroupKey, Output, Plan, Statistic
 from dpsql.analyze.scope import Scope, build_scope
 from dpsql.catalog import Catalog
@@ -123,6 +123,8 @@ def analyze(
 
     out_names = [_output_name(e) for e in select.expressions]
     select = _qualify(select, scope, set(out_names))
+    # constants that would grow past the limits while the backend folds them
+    check_value_lengths(select, scope.column, catalog.limits)
     a = _Analysis(scope, R, bool(one_row))
     a.limits = catalog.limits
 

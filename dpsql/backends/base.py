@@ -70,6 +70,9 @@ class Backend(ABC):
 
         check_sql(sql, expression, self.dialect, tables=self.catalog_tables,
                   names=self.catalog_names)
+        from dpsql.rewrite.check_guards import check_guards
+
+        check_guards(expression, self.dialect, self.columns)
         self._last_sql = (original, sql)
         return sql
 

@@ -471,10 +471,6 @@ def test_statistics_query_alone_is_refused_by_the_check():
     assert not problems(guard_errors(statistics_query(plan), plan), "duckdb", types.get)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SQLite returns text as UTF-8-decoded Python strings: a key with invalid UTF-8 fails "
-    "the fetch, after the charge. Needs dpsql/backends/sqlite.py to set a text_factory "
-    "that cannot fail (not owned by this change)."))
 def test_sqlite_invalid_utf8_key_is_returned(sec, database):
     patch = f"UPDATE people SET name = CAST(X'FF61' AS TEXT) WHERE pid = {ATTACKER}"
     sql = "SELECT name, COUNT(*) FROM people GROUP BY name"
