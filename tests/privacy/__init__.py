@@ -1,0 +1,1 @@
+"""Privacy tests: the ε audit and the differential neighbour fuzzer (see ``fuzz.py``)."""
