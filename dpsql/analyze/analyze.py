@@ -23,7 +23,7 @@ from decimal import Decimal
 from sqlglot import exp
 
 from dpsql.analyze import sensitivity
-from dpsql.analyze.bounds import Interval, bounds
+from dpsql.analyze.bounds import MAX_MAGNITUDE, Interval, bounds
 from dpsql.analyze.derived import inline_ctes
 from dpsql.analyze.determined import determined_columns, key_is_determined
 from dpsql.analyze.domains import check_value_lengths, domain
@@ -32,6 +32,7 @@ from dpsql.analyze.scope import Scope, build_scope
 from dpsql.catalog import Catalog
 from dpsql.errors import (
     PrivacyParameterError,
+    UnboundedExpressionError,
     UnknownColumnError,
     UnsupportedQueryError,
 )
@@ -316,6 +317,12 @@ class _Analysis:
         self._by_key[key] = candidate
         if kind in ("sum", "sumsq"):
             shifted = Interval(interval.lower - center, interval.upper - center, candidate.integer)
+            if kind == "sumsq" and shifted.magnitude > math.sqrt(MAX_MAGNITUDE):
+                # the squares' bound would overflow the noise scale (a float OverflowError)
+                raise UnboundedExpressionError(
+                    f"the centred bounds of {arg.sql(dialect='duckdb')[:80]!r} reach "
+                    f"{shifted.magnitude:.3g}; VARIANCE and STDDEV square them, so dpsql "
+                    f"takes them up to {math.sqrt(MAX_MAGNITUDE):g}")
             candidate.linf = sensitivity.linf(kind, shifted, self.R)
         else:
             candidate.linf = sensitivity.linf(kind, None, self.R)

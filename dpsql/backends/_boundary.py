@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 
 from dpsql.errors import BackendError
+from dpsql.text import escape
 
 #: The data owner's log (backend error texts); never shown to analysts.
 OWNER_LOG = logging.getLogger("dpsql.owner")
@@ -49,14 +50,15 @@ _LOG_LIMIT = 4000
 
 
 def printable(text: object, limit: int = _LOG_LIMIT) -> str:
-    """``text`` with every non-printable character escaped, cut at ``limit`` characters."""
+    """``text`` cut at ``limit`` characters, every control or format character escaped.
+
+    >>> printable("a\\nb\\x1b[2J")
+    'a\\\\nb\\\\x1b[2J'
+    """
     text = str(text)
     if len(text) > limit:
         text = text[:limit] + f"... ({len(text) - limit} more characters)"
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                   for c in text)
+    return escape(text)
 
 
 def log_failure(backend: str, stage: str, exc: BaseException | str,

@@ -105,6 +105,8 @@ def test_out_of_range_options_are_refused_naming_them(refusal_conn, sec, options
     ("SELECT SUM(income * 1e300) FROM pums", {"epsilon": 1e-9, "delta": 1e-6,
                                              "mechanism": "gaussian"}),
     ("SELECT SUM(income * 1e-300) FROM pums", {"epsilon": 1e9}),
+    # squared for VARIANCE: the bound of the squares would overflow a double
+    ("SELECT VARIANCE(income * 1e200) FROM pums", {"epsilon": 1.0}),
     # partition selection and histograms whose noise leaves the exact samplers' range
     # (pums_dup: users with several rows, so max_groups applies)
     ("SELECT age, COUNT(*) FROM pums_dup GROUP BY age",
