@@ -37,6 +37,7 @@ from dpsql.errors import (
     UnknownTableError,
     UnsupportedQueryError,
 )
+from dpsql.keys import keys_as_text, parse_text_keys, scalar_key_type, temporal_key_type
 from dpsql.ledger import ALL, BudgetView, Ledger
 from dpsql.noise import add_noise
 from dpsql.parse import parse
@@ -251,7 +252,7 @@ class Connection:
                 sql, epsilon, delta, max_groups, max_rows, self._catalog.limits)
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
                                                       mechanism)
-            self._check(plan, expression, backend)
+            expression, text_keys = self._check(plan, expression, backend)
         except DpsqlError as exc:
             self._ledger.refuse(self._dataset, self._analyst, text,
                                 f"{type(exc).__name__}: {exc}")
@@ -266,6 +267,7 @@ class Connection:
         try:
             if plan.stats or plan.selection is not None:
                 columns, rows = backend.execute(expression)
+                rows = parse_text_keys(rows, text_keys)
             else:  # only public keys are released: no data needed
                 columns, rows = [k.name for k in plan.keys], []
             noisy = add_noise(plan, columns, rows)
@@ -408,23 +410,35 @@ class Connection:
 
     # -- pipeline ---------------------------------------------------------------------
 
-    def _check(self, plan: Plan, expression, backend: Backend) -> None:
-        """Everything the backend and post-processing would refuse, found before charging."""
+    def _check(self, plan: Plan, expression, backend: Backend):
+        """Everything the backend and post-processing would refuse, found before charging.
+
+        Returns the expression to run (date and timestamp keys fetched as text, see
+        :mod:`dpsql.keys`) and the indexes of those keys in its rows.
+        """
+        text_keys: list[int] = []
         if plan.stats or plan.selection is not None:
             schema = backend.check(expression)
             key_types = [t for name, t in schema if name.startswith("__k")]
             for key, key_type in zip(plan.keys, key_types, strict=False):
-                if not _scalar_key_type(key_type):
-                    # lists, structs, maps, variants and blobs do not compare as plain
-                    # values: a released key must be one
+                if not scalar_key_type(key_type):
+                    # lists, structs, maps, variants, blobs, intervals and time-zoned
+                    # timestamps do not come back as plain, comparable Python values
                     raise UnsupportedQueryError(
                         f"group key {key.expr.sql(dialect='duckdb')[:60]!r} has type "
-                        f"{key_type[:40]}; group keys must be numbers, strings, booleans "
-                        "or dates")
+                        f"{key_type[:40]}; group keys must be numbers, strings, booleans, "
+                        "dates or timestamps")
+            names = [name for name, t in schema if name.startswith("__k")
+                     and temporal_key_type(t)]
+            if names:
+                expression = keys_as_text(expression, names)
+                backend.check(expression)
+                text_keys = [i for i, (name, _) in enumerate(schema) if name in names]
         else:
             key_types = ["VARCHAR" if k.domain and isinstance(k.domain[0], str) else "DOUBLE"
                          for k in plan.keys]
         check_postprocess(plan, key_types, self._catalog.limits)
+        return expression, text_keys
 
     def _check_alpha(self, alpha: float | None) -> float:
         if alpha is None:
@@ -518,18 +532,6 @@ def _options(sql, epsilon, delta, max_groups, max_rows, limits=None):
             "no epsilon: pass epsilon=... or write SELECT WITH DIFFERENTIAL_PRIVACY "
             "OPTIONS (epsilon = ...)")
     return sql, epsilon, 0.0 if delta is None else delta, max_groups, max_rows
-
-
-_SCALAR_KEY = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT",
-               "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL",
-               "DECIMAL", "NUMERIC", "VARCHAR", "TEXT", "STRING", "CHAR", "BOOLEAN", "BOOL",
-               "DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE", "INTERVAL")
-
-
-def _scalar_key_type(type_name: str) -> bool:
-    """Whether a backend's key type (in DuckDB's words) is a plain scalar."""
-    t = type_name.upper().strip()
-    return "[" not in t and t.split("(")[0].strip() in _SCALAR_KEY
 
 
 def _internal(exc: BaseException, stage: str, charged: bool = False) -> DpsqlError:

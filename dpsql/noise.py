@@ -16,6 +16,7 @@ from decimal import Decimal
 
 from dpsql.analyze.plan import Plan
 from dpsql.errors import DpsqlError
+from dpsql.keys import order_key
 
 
 @dataclass
@@ -56,7 +57,7 @@ def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
         groups = list(itertools.product(*(k.domain for k in plan.keys)))
     else:
         # a data-independent order: the backend's hash order could depend on the data
-        candidates = sorted(exact, key=_order_key)
+        candidates = sorted(exact, key=order_key)
         counts, keep = plan.selection.release(values("__users", candidates))
         groups = [g for g, k in zip(candidates, keep, strict=True) if k]
         noisy["__users"] = [c for c, k in zip(counts, keep, strict=True) if k]
@@ -71,10 +72,6 @@ def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
             released = [released[i * b:(i + 1) * b] for i in range(len(groups))]
         noisy[stat.name] = released
     return NoisyGroups(groups, noisy)
-
-
-def _order_key(group: tuple) -> tuple:
-    return tuple((1, 0) if v is None else (0, v) for v in group)
 
 
 def _number(value, integer: bool):

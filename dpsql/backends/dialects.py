@@ -102,6 +102,9 @@ class Context:
     options: dict = field(default_factory=dict)
     #: Column → the backend's type name, where one name has one type in the query.
     types: dict[str, str | None] = field(default_factory=dict)
+    #: Table (lower-case) → its columns and their backend type names, for every table
+    #: the query reads.
+    tables: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def family(self, node: exp.Expression | None) -> str | None:
         return infer(node, self.families)
@@ -114,11 +117,13 @@ def context(expression: exp.Expression, columns: Callable[[str], dict[str, str] 
     ctes = {cte.alias_or_name.lower() for cte in expression.find_all(exp.CTE)}
     seen: dict[str, set] = {}
     names: dict[str, set] = {}
+    tables: dict[str, dict[str, str]] = {}
     for table in expression.find_all(exp.Table):
         name = table.name.lower()
         if name in ctes or not name:
             continue
-        for col, dtype in (columns(name) or {}).items():
+        tables[name] = columns(name) or {}
+        for col, dtype in tables[name].items():
             seen.setdefault(col.lower(), set()).add(type_family(dtype))
             names.setdefault(col.lower(), set()).add(str(dtype).upper())
     families = {c: (f.pop() if len(f) == 1 else None) for c, f in seen.items()}
@@ -128,7 +133,7 @@ def context(expression: exp.Expression, columns: Callable[[str], dict[str, str] 
         for item in select.expressions:
             if isinstance(item, exp.Alias):
                 families.setdefault(item.alias.lower(), infer(item.this, families))
-    return Context(families, backend, options, types)
+    return Context(families, backend, options, types, tables)
 
 
 def unsupported(backend: str, what: str) -> BackendError:
@@ -286,6 +291,47 @@ def _order_with_tiebreak(expression: exp.Expression, make_hash) -> exp.Expressio
 SQLITE_HASH = "dpsql_hash"
 #: SQLite: dpsql's floating modulo, registered on its connection (C fmod; NULL on bad input).
 SQLITE_FMOD = "dpsql_fmod"
+
+
+#: SQLite storage classes a column of each family holds when its value is of that type.
+_SQLITE_CLASSES = {INT: ("integer",), BOOL: ("integer",), FLOAT: ("integer", "real"),
+                   DECIMAL: ("integer", "real"), STRING: ("text",), DATE: ("text",),
+                   TIMESTAMP: ("text",)}
+
+
+def sqlite_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """Every table is read through ``(SELECT CASE WHEN typeof(c) IN (...) THEN c END AS c,
+    ... FROM t) AS t``: a value whose storage class does not fit its declared type is
+    read as NULL.
+
+    SQLite keeps any value in any column (a CSV import leaves ``''`` in INTEGER columns,
+    an update can store 62.5 there), while everything after the charge relies on the
+    declared types: one person's ``''`` among integer keys, or a fraction in an integer
+    sum, would fail the answer after the charge, an error oracle on that person. NULL is
+    what such a value means (missing), the mapping is row by row and data-independent,
+    and it keeps every well-typed value as it is.
+    """
+    ctes = {cte.alias_or_name.lower() for cte in expression.find_all(exp.CTE)}
+
+    def read(table: exp.Table) -> exp.Expression:
+        name = table.name.lower()
+        columns = ctx.tables.get(name)
+        if name in ctes or not columns or not isinstance(table.parent, exp.From | exp.Join):
+            return table
+        outputs = []
+        for column, dtype in columns.items():
+            classes = _SQLITE_CLASSES.get(type_family(dtype))
+            ref = exp.column(column)
+            if classes is None:
+                outputs.append(ref)
+                continue
+            test = exp.In(this=exp.Typeof(this=ref.copy()),
+                          expressions=[exp.Literal.string(c) for c in classes])
+            outputs.append(exp.alias_(exp.Case(ifs=[exp.If(this=test, true=ref)]), column))
+        plain = exp.Table(this=exp.to_identifier(table.name))
+        body = exp.select(*outputs).from_(plain)
+        return body.subquery(table.alias_or_name, copy=False)
+    return _replace_all(expression, exp.Table, read)
 
 
 def sqlite_try(expression: exp.Expression, ctx: Context) -> exp.Expression:
@@ -461,8 +507,9 @@ def sqlite_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
         this=SQLITE_HASH, expressions=[seed, _blob(uid), *(_blob(k) for k in keys)]))
 
 
-SQLITE = (sqlite_try, sqlite_fold_decimals, sqlite_functions, sqlite_greatest_least,
-          sqlite_arithmetic, sqlite_strings, sqlite_dates, sqlite_sums, sqlite_hash)
+SQLITE = (sqlite_typed_tables, sqlite_try, sqlite_fold_decimals, sqlite_functions,
+          sqlite_greatest_least, sqlite_arithmetic, sqlite_strings, sqlite_dates,
+          sqlite_sums, sqlite_hash)
 
 
 # -- PostgreSQL ------------------------------------------------------------------------

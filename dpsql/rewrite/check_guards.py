@@ -446,7 +446,7 @@ class Typer:
         if isinstance(node, exp.Length):
             return _int_type(64, Fraction(0), None)
         if isinstance(node, exp.Lower | exp.Upper | exp.Substring | exp.Concat | exp.DPipe
-                      | exp.Trim | exp.Left | exp.Right | exp.Replace):
+                      | exp.Trim | exp.Left | exp.Right | exp.Replace | exp.Typeof):
             return Type(STRING)
         if isinstance(node, exp.Extract | exp.Year | exp.Month | exp.Day | exp.Quarter
                       | exp.Week | exp.WeekOfYear | exp.DayOfWeek | exp.DayOfMonth
@@ -835,7 +835,7 @@ def node_failure(node: exp.Expression, typer: Typer, failures: Failures) -> str 
         return None if compatible([t(a) for a in args], f) else \
             f"{_name(node)} of values of different types"
     if isinstance(node, exp.Lower | exp.Upper | exp.Length | exp.Trim | exp.Concat
-                  | exp.DPipe | exp.Replace):
+                  | exp.DPipe | exp.Replace | exp.Typeof):
         return None
     if isinstance(node, exp.Left | exp.Right):
         n = t(node.expression)
