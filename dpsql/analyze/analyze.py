@@ -95,7 +95,7 @@ def analyze(
             f"mechanism must be 'laplace' or 'gaussian', got {mechanism!r}")
     if mechanism == "gaussian" and delta <= 0:
         raise PrivacyParameterError("gaussian noise needs delta > 0 (e.g. delta=1e-6)")
-    select = inline_ctes(select).transform(_within_group)
+    select = inline_ctes(select, catalog.limits.max_nodes).transform(_within_group)
     select = _check_in_subqueries(select, catalog)
     scope, select = build_scope(select, catalog, unique)
     table = scope.primary

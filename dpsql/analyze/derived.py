@@ -35,13 +35,30 @@ from dpsql.rewrite._sql import clamp, number
 _ALLOWED_AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 
 
-def inline_ctes(select: exp.Select) -> exp.Select:
-    """Replaces references to WITH tables by the subqueries they name."""
+def inline_ctes(select: exp.Select, max_nodes: int | None = None) -> exp.Select:
+    """Replaces references to WITH tables by the subqueries they name.
+
+    Written out, a WITH table referenced twice by the next one, and so on, doubles per
+    level: 1 KB of SQL could become gigabytes of tree before anything is charged. So the
+    size of the written-out query is computed first, from the sizes of the WITH tables
+    (no copy made), and a query beyond ``max_nodes`` syntax nodes is refused.
+
+    >>> from sqlglot import parse_one
+    >>> chain = ("WITH c0 AS (SELECT pid FROM t), " + ", ".join(
+    ...     f"c{i} AS (SELECT a.pid FROM c{i - 1} a JOIN c{i - 1} b ON a.pid = b.pid)"
+    ...     for i in range(1, 12)) + " SELECT COUNT(*) FROM c11")
+    >>> inline_ctes(parse_one(chain), max_nodes=5000)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    dpsql.errors.UnsupportedQueryError: with its WITH tables written out, ... (max_nodes)
+    """
     with_ = select.args.get("with_")
     if not with_:
         return select
     if with_.args.get("recursive"):
         raise UnsupportedQueryError("WITH RECURSIVE is not supported")
+    if max_nodes is not None:
+        _check_written_out_size(select, max_nodes)
     select = select.copy()
     ctes = {}
     for cte in select.args["with_"].expressions:
@@ -55,6 +72,28 @@ def inline_ctes(select: exp.Select) -> exp.Select:
         if table.name.lower() in ctes and not table.args.get("db"):
             table.replace(_as_subquery(ctes[table.name.lower()], table))
     return select
+
+
+def _check_written_out_size(select: exp.Select, max_nodes: int) -> None:
+    sizes: dict[str, int] = {}
+
+    def size(node: exp.Expression) -> int:
+        total = 0
+        for n in node.walk():
+            total += 1
+            if isinstance(n, exp.Table) and not n.args.get("db"):
+                total += sizes.get(n.name.lower(), 0)
+            if total > max_nodes:
+                raise UnsupportedQueryError(
+                    f"with its WITH tables written out, the query has more than {max_nodes} "
+                    "syntax nodes (max_nodes)")
+        return total
+
+    for cte in select.args["with_"].expressions:
+        sizes[cte.alias.lower()] = size(cte.this)
+    body = select.copy()  # the outer query alone (its WITH is counted through references)
+    body.set("with_", None)
+    size(body)
 
 
 def _as_subquery(body: exp.Select, table: exp.Table) -> exp.Subquery:

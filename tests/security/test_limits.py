@@ -286,6 +286,29 @@ def test_too_many_statistics_are_refused_fast(broke_conn, sec):
     refused_fast(sec, broke_conn, sql, limit_name="max_statistics")
 
 
+def cte_chain(levels: int) -> str:
+    """Each WITH table joins the one before to itself: written out, it doubles per level."""
+    return ("WITH c0 AS (SELECT pid, SUM(age) AS age FROM pums GROUP BY pid), " + ", ".join(
+        f"c{i} AS (SELECT a.pid, SUM(a.age) AS age FROM c{i - 1} a JOIN c{i - 1} b "
+        f"ON a.pid = b.pid GROUP BY a.pid)" for i in range(1, levels))
+        + f" SELECT SUM(age) FROM c{levels - 1}")
+
+
+@pytest.mark.parametrize("levels", [9, 12, 40])
+def test_with_tables_that_double_when_written_out_are_refused_fast(broke_conn, sec, levels):
+    # 12 levels (1.1 KB of SQL) took 70 s before the ledger refused it, and as long in
+    # the free explain()
+    refused_fast(sec, broke_conn, cte_chain(levels), limit_name="max_nodes")
+    start = time.perf_counter()
+    with pytest.raises(UnsupportedQueryError, match="max_nodes"):
+        broke_conn.explain(cte_chain(levels), epsilon=1.0)
+    assert time.perf_counter() - start < FAST
+
+
+def test_a_short_with_chain_is_still_answered(rich_conn):
+    assert rich_conn.execute(cte_chain(3), epsilon=1.0).rows
+
+
 def test_domain_cells_limit_is_the_owners(security_db, sec):
     catalog = dataclasses.replace(pums_catalog(), limits=Limits(max_domain_cells=100))
     conn = dpsql.connect(security_db, catalog=catalog, ledger=":memory:")
