@@ -37,7 +37,7 @@ from dpsql.errors import (
     UnknownTableError,
     UnsupportedQueryError,
 )
-from dpsql.keys import keys_as_text, parse_text_keys, scalar_key_type, temporal_key_type
+from dpsql.keys import keys_as_text, read_keys, scalar_key_type, temporal_key_type
 from dpsql.ledger import ALL, BudgetView, Ledger
 from dpsql.noise import add_noise
 from dpsql.parse import parse
@@ -267,7 +267,7 @@ class Connection:
         try:
             if plan.stats or plan.selection is not None:
                 columns, rows = backend.execute(expression)
-                rows = parse_text_keys(rows, text_keys)
+                rows = read_keys(rows, len(plan.keys), text_keys)
             else:  # only public keys are released: no data needed
                 columns, rows = [k.name for k in plan.keys], []
             noisy = add_noise(plan, columns, rows)

@@ -16,7 +16,7 @@ group). Neither holds for the drivers' own conversion of dates and timestamps:
 
 So INTERVAL and time-zoned keys are refused before the charge (:func:`scalar_key_type`),
 and date and timestamp keys travel as text (:func:`keys_as_text`, one ``CAST(... AS
-VARCHAR)`` per key in an outer SELECT) and are read back by :func:`parse_text_keys`,
+VARCHAR)`` per key in an outer SELECT) and are read back by :func:`read_keys`,
 which maps ISO text to ``date``/``datetime`` and keeps any other text as it is: total,
 and injective because the databases write each value as one canonical text.
 """
@@ -24,6 +24,8 @@ and injective because the databases write each value as one canonical text.
 from __future__ import annotations
 
 import datetime
+import math
+import re
 
 from sqlglot import exp
 
@@ -90,38 +92,57 @@ def keys_as_text(expression: exp.Select, names: list[str]) -> exp.Select:
     return exp.select(*outputs).from_(expression.subquery("__keys", copy=True))
 
 
-def parse_text_keys(rows: list[tuple], indexes: list[int]) -> list[tuple]:
-    """Rows with the text keys at ``indexes`` read back as dates and timestamps.
+def read_keys(rows: list[tuple], nk: int, text: list[int]) -> list[tuple]:
+    """Rows with their ``nk`` leading key values made canonical.
 
-    >>> parse_text_keys([("2000-01-02", 1), ("infinity", 2), ("20000-01-01", 3),
-    ...                  ("2000-01-02 03:04:05.5", 4), (None, 5)], [0])
+    * Text keys (at indexes ``text``) are read back as dates and timestamps when they
+      are exactly the canonical ISO text of one (``YYYY-MM-DD``, ``YYYY-MM-DD
+      HH:MM:SS[.ffffff]`` without trailing zeros); any other text stays as it is.
+      ``fromisoformat`` alone reads several spellings as one value (``2000-W01-1`` and
+      ``2000-01-03``, a ``T`` or a space), which would merge two groups.
+    * Floating-point keys: the database groups -0.0 with 0.0 and every NaN together but
+      reports whichever spelling it met first, which one person's row could decide;
+      each is released as 0.0 and NaN.
+
+    >>> read_keys([("2000-01-02", -0.0, 1), ("2000-W01-1", float("-nan"), 2),
+    ...            ("20000-01-01", 1.5, 3), ("2000-01-02 03:04:05.5", None, 4),
+    ...            ("2000-01-02T03:04:05", 2.0, 5)], 2, [0])
     ... # doctest: +NORMALIZE_WHITESPACE
-    [(datetime.date(2000, 1, 2), 1), ('infinity', 2), ('20000-01-01', 3),
-     (datetime.datetime(2000, 1, 2, 3, 4, 5, 500000), 4), (None, 5)]
+    [(datetime.date(2000, 1, 2), 0.0, 1), ('2000-W01-1', nan, 2), ('20000-01-01', 1.5, 3),
+     (datetime.datetime(2000, 1, 2, 3, 4, 5, 500000), None, 4),
+     ('2000-01-02T03:04:05', 2.0, 5)]
     """
-    if not indexes:
+    if nk == 0:
         return rows
     out = []
     for row in rows:
         row = list(row)
-        for i in indexes:
-            row[i] = _temporal(row[i])
+        for i in range(nk):
+            value = row[i]
+            if i in text:
+                row[i] = _temporal(value)
+            elif isinstance(value, float):
+                row[i] = math.nan if math.isnan(value) else value + 0.0
         out.append(tuple(row))
     return out
+
+
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}"
+                        r"(\.[0-9]{0,5}[1-9])?")
 
 
 def _temporal(text):
     if not isinstance(text, str):
         return text
     try:
-        if len(text) == 10:
+        if _DATE.fullmatch(text):
             return datetime.date.fromisoformat(text)
-        value = datetime.datetime.fromisoformat(text)
-    except ValueError:  # infinities, years beyond 1..9999, BC dates: kept as text
-        return text
-    if value.tzinfo is not None:  # not a TIMESTAMP's text: keep it as the database wrote it
-        return text
-    return value
+        if _TIMESTAMP.fullmatch(text):
+            return datetime.datetime.fromisoformat(text)
+    except ValueError:  # 2000-02-30, years 0000: kept as text
+        pass
+    return text
 
 
 def order_key(group: tuple) -> tuple:

@@ -314,6 +314,17 @@ class _Analysis:
                 f"the query asks quantiles (MEDIAN, PERCENTILE_CONT, MIN, MAX...) of more "
                 f"than {limits.max_quantiles} different expressions (max_quantiles); "
                 "quantiles of the same expression cost one")
+        if kind == "hist":
+            # the rewrite writes the argument out about twice per bin (up to 64 bins):
+            # counted here, so a long argument cannot become megabytes of SQL
+            copies = sum(s.width * sum(1 for _ in s.arg.walk())
+                         for s in self.stats if s.kind == "hist")
+            copies += candidate.width * sum(1 for _ in arg.walk())
+            if 2 * copies > 10 * limits.max_nodes:
+                raise UnsupportedQueryError(
+                    f"the quantiles' arguments, written out once per histogram bin, would "
+                    f"exceed {10 * limits.max_nodes} syntax nodes (ten times max_nodes); "
+                    "shorten the arguments or ask fewer quantiles")
         self._by_key[key] = candidate
         if kind in ("sum", "sumsq"):
             shifted = Interval(interval.lower - center, interval.upper - center, candidate.integer)

@@ -41,6 +41,7 @@ so the choice is a deterministic function of that user's own rows and the seed o
 
 from __future__ import annotations
 
+import contextvars
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -264,8 +265,8 @@ def _sentinel_clamp(value: exp.Expression, low: str, high: str) -> exp.Expressio
     the ends into NULL.
     """
     lo, hi = _num_literal(low), _num_literal(high)
-    clamped = exp.Least(this=exp.Greatest(this=value, expressions=[lo.copy()]),
-                        expressions=[hi.copy()])
+    clamped = exp.Least(this=exp.Greatest(this=value, expressions=[_copy(lo)]),
+                        expressions=[_copy(hi)])
     return exp.Nullif(this=exp.Nullif(this=clamped, expression=hi), expression=lo)
 
 
@@ -281,7 +282,7 @@ def _order_with_tiebreak(expression: exp.Expression, make_hash) -> exp.Expressio
         uid, keys, seed = args[0], args[1:-1], args[-1]
         ordered.set("this", make_hash(uid, keys, seed))
         if isinstance(order, exp.Order):
-            tail = [exp.Ordered(this=k.copy(), nulls_first=True) for k in keys]
+            tail = [exp.Ordered(this=_copy(k), nulls_first=True) for k in keys]
             order.set("expressions", [*order.expressions, *tail])
     return expression
 
@@ -325,7 +326,7 @@ def sqlite_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Express
             if classes is None:
                 outputs.append(ref)
                 continue
-            test = exp.In(this=exp.Typeof(this=ref.copy()),
+            test = exp.In(this=exp.Typeof(this=_copy(ref)),
                           expressions=[exp.Literal.string(c) for c in classes])
             outputs.append(exp.alias_(exp.Case(ifs=[exp.If(this=test, true=ref)]), column))
         plain = exp.Table(this=exp.to_identifier(table.name))
@@ -345,7 +346,7 @@ def sqlite_functions(expression: exp.Expression, ctx: Context) -> exp.Expression
     math.floor, which fails on large values ("string or blob too big")."""
     def fix(node):
         x = node.this
-        negated = exp.Neg(this=exp.paren(x.copy(), copy=False))
+        negated = exp.Neg(this=exp.paren(_copy(x), copy=False))
         if isinstance(node, exp.Abs):
             return exp.Max(this=x, expressions=[negated])
         return exp.Neg(this=exp.Ceil(this=negated))
@@ -367,10 +368,10 @@ def sqlite_greatest_least(expression: exp.Expression, ctx: Context) -> exp.Expre
         others = [a for a in args if not _is_constant(a)]
         if constants and len(others) <= 1:
             # GREATEST(x, lo) → MAX(COALESCE(x, lo), lo): x appears once
-            guarded = [exp.Coalesce(this=x, expressions=[constants[0].copy()]) for x in others]
+            guarded = [exp.Coalesce(this=x, expressions=[_copy(constants[0])]) for x in others]
             items = guarded + constants
         else:  # each argument first once, falling back on the others when NULL
-            items = [exp.Coalesce(this=a, expressions=[b.copy() for b in args if b is not a])
+            items = [exp.Coalesce(this=a, expressions=[_copy(b) for b in args if b is not a])
                      for a in args]
         if len(items) == 1:
             return items[0]
@@ -553,8 +554,8 @@ def _date_literal(text: str, family: str) -> exp.Expression:
 def _date_sentinel(value: exp.Expression, family: str) -> exp.Expression:
     """``value`` if strictly between 0001-01-01 and 9999-12-31, else NULL."""
     lo, hi = (_date_literal(t, family) for t in DATE_RANGE)
-    clamped = exp.Least(this=exp.Greatest(this=value, expressions=[lo.copy()]),
-                        expressions=[hi.copy()])
+    clamped = exp.Least(this=exp.Greatest(this=value, expressions=[_copy(lo)]),
+                        expressions=[_copy(hi)])
     return exp.Nullif(this=exp.Nullif(this=clamped, expression=hi), expression=lo)
 
 
@@ -610,9 +611,9 @@ def _python_dates(expression: exp.Expression, ctx: Context) -> exp.Expression:
                 continue
             lo, hi = (_date_literal(t, family) for t in DATE_RANGE)
             guarded = exp.Case(ifs=[exp.If(this=exp.Between(
-                this=body.copy(), low=lo, high=hi), true=body.copy())])
+                this=_copy(body), low=lo, high=hi), true=_copy(body))])
             if group is not None:
-                group.set("expressions", [guarded.copy() if g == body else g
+                group.set("expressions", [_copy(guarded) if g == body else g
                                           for g in group.expressions])
             item.set("this", guarded)
     return expression
@@ -669,7 +670,7 @@ def _pg_safe_node(node: exp.Expression, ctx: Context) -> exp.Expression:
     if isinstance(node, exp.Sqrt | exp.Ln):
         x = node.this
         test = exp.GTE if isinstance(node, exp.Sqrt) else exp.GT
-        cond = test(this=x.copy(), expression=exp.Literal.number(0))
+        cond = test(this=_copy(x), expression=exp.Literal.number(0))
         return exp.Case(ifs=[exp.If(this=cond, true=node)])
     if isinstance(node, exp.Exp):
         bounded = exp.Cast(this=_sentinel_clamp(node.this, "-700", "709"),
@@ -714,13 +715,13 @@ def _pg_try_cast(node: exp.Cast, ctx: Context) -> exp.Expression:
             return exp.Case(ifs=[
                 exp.If(this=exp.In(this=word, expressions=[exp.Literal.string(v)
                                                            for v in _TRUE]), true=exp.true()),
-                exp.If(this=exp.In(this=word.copy(), expressions=[exp.Literal.string(v)
+                exp.If(this=exp.In(this=_copy(word), expressions=[exp.Literal.string(v)
                                                                   for v in _FALSE]),
                        true=exp.false())])
     if tf in (DATE, TIMESTAMP) and src == STRING:
         if ctx.options.get("server_version", 0) >= 160000:
             valid = exp.Anonymous(this="PG_INPUT_IS_VALID", expressions=[
-                x.copy(), exp.Literal.string("date" if tf == DATE else "timestamp")])
+                _copy(x), exp.Literal.string("date" if tf == DATE else "timestamp")])
             return exp.Case(ifs=[exp.If(this=valid, true=cast)])
         raise unsupported("PostgreSQL < 16", f"TRY_CAST of text to {base}")
     if tf in NUMERIC:
@@ -729,7 +730,7 @@ def _pg_try_cast(node: exp.Cast, ctx: Context) -> exp.Expression:
         guard = None
         if src == STRING:
             pattern = _INT_PATTERN if tf == INT else _NUM_PATTERN
-            guard = exp.RegexpLike(this=x.copy(), expression=exp.Literal.string(pattern))
+            guard = exp.RegexpLike(this=_copy(x), expression=exp.Literal.string(pattern))
             value = exp.Cast(this=x, to=exp.DataType.build("DECIMAL"))
         elif src in (*NUMERIC, None):
             value = x if src == FLOAT else _numeric(x, ctx)
@@ -784,7 +785,7 @@ def postgres_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
     def make(uid, keys, seed):
         parts: list[exp.Expression] = []
         for value in (uid, *keys):
-            text = exp.Coalesce(this=exp.Cast(this=value.copy(), to=exp.DataType.build("TEXT")),
+            text = exp.Coalesce(this=exp.Cast(this=_copy(value), to=exp.DataType.build("TEXT")),
                                 expressions=[exp.Literal.string("\\N")])
             parts += [text, exp.Literal.string("|")]
         return exp.Anonymous(this="HASHTEXTEXTENDED", expressions=[
@@ -872,11 +873,45 @@ def spark_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
 SPARK = (spark_dates, spark_try, spark_casts, spark_sums, _python_dates, spark_hash)
 
 
+#: Nodes the transforms of one query may copy, besides a multiple of its own size (see
+#: :func:`_copy`).
+COPY_ALLOWANCE = 5_000
+#: ... and that multiple.
+COPY_FACTOR = 4
+_copies: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "dpsql_transform_copies", default=None)
+
+
+def _copy(node: exp.Expression) -> exp.Expression:
+    """``node.copy()``, counted: a transform that writes an argument twice doubles per
+    nesting level (``GREATEST(GREATEST(...), ...)``, ``ABS(ABS(...))``), so 300
+    characters of SQL could become gigabytes before the charge. Every copy the
+    transforms make is counted against the query's allowance, and a query that would go
+    beyond it is refused (before any charge) instead of being written out."""
+    copied = node.copy()
+    left = _copies.get()
+    if left is not None:
+        left[0] -= sum(1 for _ in copied.walk())
+        if left[0] < 0:
+            err = BackendError(
+                "written for this database, the query would grow beyond the size dpsql "
+                "allows (nested functions that the database needs written out twice); "
+                "nothing was charged")
+            err.charged = False
+            raise err
+    return copied
+
+
 def apply(expression: exp.Expression, transforms, ctx: Context) -> exp.Expression:
     """Runs a backend's transforms on a copy of a rewritten query."""
     expression = expression.copy()
-    for transform in transforms:
-        expression = transform(expression, ctx)
+    size = sum(1 for _ in expression.walk())
+    token = _copies.set([COPY_ALLOWANCE + COPY_FACTOR * size])
+    try:
+        for transform in transforms:
+            expression = transform(expression, ctx)
+    finally:
+        _copies.reset(token)
     return expression
 
 

@@ -747,24 +747,44 @@ def compatible(types: list[Type], failures: Failures) -> bool:
         return True  # to DOUBLE, or to the widest integer: never fails
     values = [t for t in types if t.family != NULL and not t.literal]
     literals = [t for t in types if t.family != NULL and t.literal]
-    if all(t.family == INT for t in literals) and (
-            len(values) <= 1 or {t.family for t in values} <= {INT}):
-        return True  # integer literals take the other side's type while planning
-    # a DECIMAL is involved: the common type is a DECIMAL(38) at most
+    if not literals and len(values) <= 1:
+        return True  # one value and NULLs: nothing to convert
+    if all(t.family == INT for t in literals) and {t.family for t in values} <= {INT}:
+        return True  # integer literals take the other side's integer type while planning
+    # a DECIMAL is involved: the common type is a DECIMAL(38) at most, with the largest
+    # scale and room for the largest integer part, literals included (DuckDB:
+    # `CAST(x AS DECIMAL(38,36)) < 100` casts 100 to DECIMAL(38,36) for every row, and
+    # fails once a row gets there)
     digits, scales = 0, [0]
     for t in types:
         if t.family == NULL:
             continue
         if t.family == DECIMAL:
             scales.append(t.scale)
-        if t.literal:
-            continue
         if t.family == NUMBER or t.magnitude is None:
             return False
-        digits = max(digits, len(str(int(t.magnitude))))
+        digits = max(digits, _integer_digits(t))
     if None in scales:
         return False
     return digits + max(scales) <= 38
+
+
+def _integer_digits(t: Type) -> int:
+    """Digits of the integer part of the largest value of a bounded number type.
+
+    >>> _integer_digits(Type(DECIMAL, scale=36, low=-Fraction(100), high=Fraction(100),
+    ...                      open_low=True, open_high=True))   # DECIMAL(38,36): < 100
+    2
+    >>> _integer_digits(Type(INT, low=Fraction(0), high=Fraction(100), literal=True))
+    3
+    """
+    whole = int(t.magnitude)
+    excluded = (t.high is not None and abs(t.high) == t.magnitude and t.open_high) or \
+        (t.low is not None and abs(t.low) == t.magnitude and t.open_low)
+    if whole == t.magnitude and excluded and (t.open_low or abs(t.low) < t.magnitude) and \
+            (t.open_high or abs(t.high) < t.magnitude):
+        whole -= 1
+    return max(len(str(whole)), 1)
 
 
 def node_failure(node: exp.Expression, typer: Typer, failures: Failures) -> str | None:

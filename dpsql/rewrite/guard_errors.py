@@ -198,6 +198,8 @@ class _Guard:
                 typer.forget(node)
         for child in list(node.iter_expressions()):
             self.visit(child)
+        if isinstance(node, exp.If) and isinstance(node.parent, exp.Case):
+            return  # a branch is not an expression: its CASE is checked (and guarded) whole
         reason = node_failure(node, typer, _FAILURES)
         if reason is None:
             return
