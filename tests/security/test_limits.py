@@ -305,6 +305,17 @@ def test_with_tables_that_double_when_written_out_are_refused_fast(broke_conn, s
     assert time.perf_counter() - start < FAST
 
 
+def test_long_quantile_arguments_are_refused_before_being_written_per_bin(broke_conn, sec):
+    # the rewrite writes a quantile's argument about twice per histogram bin (64): ten
+    # quantiles of a 100-term sum were 2 MB of SQL and 106 s in the free explain()
+    def balanced(k):
+        return "age" if k == 1 else f"({balanced(k // 2)} + {balanced(k - k // 2)})"
+
+    sql = "SELECT " + ", ".join(f"MEDIAN({balanced(100)} + {j})" for j in range(10)) + \
+        " FROM pums"
+    refused_fast(sec, broke_conn, sql, limit_name="max_nodes")
+
+
 def test_a_short_with_chain_is_still_answered(rich_conn):
     assert rich_conn.execute(cte_chain(3), epsilon=1.0).rows
 
