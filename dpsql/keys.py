@@ -24,6 +24,7 @@ and injective because the databases write each value as one canonical text.
 from __future__ import annotations
 
 import datetime
+import decimal
 import math
 import re
 
@@ -123,8 +124,34 @@ def read_keys(rows: list[tuple], nk: int, text: list[int]) -> list[tuple]:
                 row[i] = _temporal(value)
             elif isinstance(value, float):
                 row[i] = math.nan if math.isnan(value) else value + 0.0
+            elif isinstance(value, decimal.Decimal):
+                row[i] = _decimal(value)
         out.append(tuple(row))
     return out
+
+
+def _decimal(value: decimal.Decimal):
+    """One spelling per DECIMAL value: PostgreSQL groups 1.0 with 1.00 and reports the
+    first spelling it met (which one person's row can decide); a NaN (a NUMERIC column
+    may hold one) does not even compare, so it becomes the float NaN.
+
+    >>> _decimal(decimal.Decimal("1.00")), _decimal(decimal.Decimal("-0.50"))
+    (Decimal('1'), Decimal('-0.5'))
+    >>> _decimal(decimal.Decimal("1E+2")), _decimal(decimal.Decimal("NaN"))
+    (Decimal('100'), nan)
+    >>> _decimal(decimal.Decimal("-0.00")), _decimal(decimal.Decimal("1" * 38 + ".10"))
+    (Decimal('0'), Decimal('11111111111111111111111111111111111111.1'))
+    """
+    if value.is_nan():
+        return math.nan
+    if not value.is_finite():
+        return value
+    if value == 0:  # -0 and 0.000 too
+        return decimal.Decimal(0)
+    exact = decimal.Context(prec=100)  # wider than any database's DECIMAL: no rounding
+    if value == value.to_integral_value():
+        return value.quantize(decimal.Decimal(1), context=exact)
+    return value.normalize(context=exact)
 
 
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
@@ -150,6 +177,9 @@ def order_key(group: tuple) -> tuple:
 
     >>> sorted([("b",), (None,), (datetime.date(2000, 1, 1),), ("a",)], key=order_key)
     [(datetime.date(2000, 1, 1),), ('a',), ('b',), (None,)]
+    >>> sorted([(decimal.Decimal(2),), (math.nan,), (decimal.Decimal("NaN"),), (1.5,)],
+    ...        key=order_key)
+    [(1.5,), (Decimal('2'),), (nan,), (Decimal('NaN'),)]
     """
     return tuple(_rank(v) for v in group)
 
@@ -157,12 +187,15 @@ def order_key(group: tuple) -> tuple:
 def _rank(value) -> tuple:
     if value is None:
         return (9, 0)
-    if isinstance(value, bool | int | float) or type(value).__name__ == "Decimal":
+    if (isinstance(value, float) and math.isnan(value)) or \
+            (isinstance(value, decimal.Decimal) and value.is_nan()):
+        return (1, 0)  # NaN compares with nothing (a Decimal one raises)
+    if isinstance(value, bool | int | float | decimal.Decimal):
         return (0, value)
     if isinstance(value, datetime.datetime):
-        return (1, value)
-    if isinstance(value, datetime.date):
         return (2, value)
-    if isinstance(value, str):
+    if isinstance(value, datetime.date):
         return (3, value)
-    return (4, repr(value))
+    if isinstance(value, str):
+        return (4, value)
+    return (5, repr(value))

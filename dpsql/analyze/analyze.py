@@ -320,10 +320,10 @@ class _Analysis:
             copies = sum(s.width * sum(1 for _ in s.arg.walk())
                          for s in self.stats if s.kind == "hist")
             copies += candidate.width * sum(1 for _ in arg.walk())
-            if 2 * copies > 10 * limits.max_nodes:
+            if 2 * copies > 2 * limits.max_nodes:
                 raise UnsupportedQueryError(
                     f"the quantiles' arguments, written out once per histogram bin, would "
-                    f"exceed {10 * limits.max_nodes} syntax nodes (ten times max_nodes); "
+                    f"exceed {2 * limits.max_nodes} syntax nodes (twice max_nodes); "
                     "shorten the arguments or ask fewer quantiles")
         self._by_key[key] = candidate
         if kind in ("sum", "sumsq"):

@@ -777,6 +777,13 @@ def postgres_extract(expression: exp.Expression, ctx: Context) -> exp.Expression
             else node.this.name.upper()
         if unit not in _PG_INTEGER_PARTS:
             return node
+        # the part of an infinite date is Infinity, which fails the cast on the rows
+        # that hold one: the date is kept to years 1..9999 (NULL outside) first
+        slot = "expression" if isinstance(node, exp.Extract) else "this"
+        value = node.args.get(slot)
+        family = ctx.family(value)
+        if value is not None and family in (DATE, TIMESTAMP) and not _is_constant(value):
+            node.set(slot, _date_sentinel(value, family))
         return exp.Cast(this=node, to=exp.DataType.build("BIGINT"))
     return _replace_all(expression, (exp.Year, exp.Month, exp.Day, exp.Extract), fix)
 
