@@ -513,6 +513,8 @@ class _Query:
             shapes += ["path"]
         if self.publics():
             shapes += ["public", "public", "comma"]
+            if "events" in self.tables:
+                shapes += ["row_public"]
         shape = self.pick(shapes)
         return getattr(self, "_from_" + shape)()
 
@@ -552,6 +554,17 @@ class _Query:
         self.focus = [ps]
         join = self.pick(["JOIN", "LEFT JOIN", "INNER JOIN"])
         return f"{t.name} {s.alias} {join} {p.name} {ps.alias} ON {on}", [s, ps], []
+
+    def _from_row_public(self):
+        """The row_privacy table joined to a public one (issue class 2): a repeated key,
+        ``ON TRUE`` or an inequality must not repeat one person's row."""
+        t = self.tables["events"]
+        p = self.pick(self.publics())
+        s, ps = self.src(t, "e"), self.src(p, p.name[0] + "p")
+        on = self._on_public(s, p, ps.alias) or "TRUE"
+        self.focus = [ps]
+        join = self.pick(["JOIN", "LEFT JOIN"])
+        return f"{t.name} e {join} {p.name} {ps.alias} ON {on}", [s, ps], []
 
     def _from_comma(self):
         t = self.pick(self.private())
