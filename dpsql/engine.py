@@ -267,7 +267,9 @@ class Connection:
         try:
             if plan.stats or plan.selection is not None:
                 columns, rows = backend.execute(expression)
-                rows = read_keys(rows, len(plan.keys), text_keys)
+                floats = [i for i, k in enumerate(plan.keys)
+                          if k.domain and isinstance(k.domain[0], float)]
+                rows = read_keys(rows, len(plan.keys), text_keys, floats)
             else:  # only public keys are released: no data needed
                 columns, rows = [k.name for k in plan.keys], []
             noisy = add_noise(plan, columns, rows)

@@ -93,7 +93,8 @@ def keys_as_text(expression: exp.Select, names: list[str]) -> exp.Select:
     return exp.select(*outputs).from_(expression.subquery("__keys", copy=True))
 
 
-def read_keys(rows: list[tuple], nk: int, text: list[int]) -> list[tuple]:
+def read_keys(rows: list[tuple], nk: int, text: list[int],
+              floats: list[int] = ()) -> list[tuple]:
     """Rows with their ``nk`` leading key values made canonical.
 
     * Text keys (at indexes ``text``) are read back as dates and timestamps when they
@@ -104,6 +105,9 @@ def read_keys(rows: list[tuple], nk: int, text: list[int]) -> list[tuple]:
     * Floating-point keys: the database groups -0.0 with 0.0 and every NaN together but
       reports whichever spelling it met first, which one person's row could decide;
       each is released as 0.0 and NaN.
+    * DECIMAL keys get one spelling each (:func:`_decimal`); at ``floats`` (keys whose
+      public domain dpsql holds as floats, such as ``CASE ... THEN 0.1 ELSE 0.2 END``,
+      which PostgreSQL computes as NUMERIC) they become floats, to meet the domain.
 
     >>> read_keys([("2000-01-02", -0.0, 1), ("2000-W01-1", float("-nan"), 2),
     ...            ("20000-01-01", 1.5, 3), ("2000-01-02 03:04:05.5", None, 4),
@@ -125,7 +129,7 @@ def read_keys(rows: list[tuple], nk: int, text: list[int]) -> list[tuple]:
             elif isinstance(value, float):
                 row[i] = math.nan if math.isnan(value) else value + 0.0
             elif isinstance(value, decimal.Decimal):
-                row[i] = _decimal(value)
+                row[i] = float(value) if i in floats else _decimal(value)
         out.append(tuple(row))
     return out
 
@@ -135,12 +139,21 @@ def _decimal(value: decimal.Decimal):
     first spelling it met (which one person's row can decide); a NaN (a NUMERIC column
     may hold one) does not even compare, so it becomes the float NaN.
 
+    Exact, whatever the number of digits (PostgreSQL's NUMERIC has no fixed precision):
+    trailing zeros are dropped from the coefficient by hand, with no context rounding,
+    so two different values never become one key.
+
     >>> _decimal(decimal.Decimal("1.00")), _decimal(decimal.Decimal("-0.50"))
     (Decimal('1'), Decimal('-0.5'))
     >>> _decimal(decimal.Decimal("1E+2")), _decimal(decimal.Decimal("NaN"))
     (Decimal('100'), nan)
     >>> _decimal(decimal.Decimal("-0.00")), _decimal(decimal.Decimal("1" * 38 + ".10"))
     (Decimal('0'), Decimal('11111111111111111111111111111111111111.1'))
+    >>> tiny = decimal.Decimal("1." + "0" * 119 + "1")
+    >>> _decimal(tiny) == tiny != _decimal(decimal.Decimal(1))
+    True
+    >>> _decimal(decimal.Decimal("1E+150")) == decimal.Decimal(10) ** 150
+    True
     """
     if value.is_nan():
         return math.nan
@@ -148,10 +161,15 @@ def _decimal(value: decimal.Decimal):
         return value
     if value == 0:  # -0 and 0.000 too
         return decimal.Decimal(0)
-    exact = decimal.Context(prec=100)  # wider than any database's DECIMAL: no rounding
-    if value == value.to_integral_value():
-        return value.quantize(decimal.Decimal(1), context=exact)
-    return value.normalize(context=exact)
+    sign, digits, exponent = value.as_tuple()
+    digits = list(digits)
+    while len(digits) > 1 and digits[-1] == 0:
+        digits.pop()
+        exponent += 1
+    if 0 < exponent <= 64:  # a whole number written out, as the databases write it
+        digits += [0] * exponent
+        exponent = 0
+    return decimal.Decimal((sign, tuple(digits), exponent))
 
 
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")

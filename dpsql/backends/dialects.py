@@ -769,6 +769,51 @@ _PG_INTEGER_PARTS = {"YEAR", "MONTH", "DAY", "HOUR", "MINUTE", "DOW", "DOY", "QU
                      "WEEK", "DECADE", "CENTURY", "ISODOW", "ISOYEAR", "MILLENNIUM"}
 
 
+#: EXTRACT and DATE_TRUNC units PostgreSQL knows, under DuckDB's other names for them.
+_PG_UNIT_NAMES = {"DAYOFWEEK": "DOW", "DAYOFYEAR": "DOY", "WEEKDAY": "DOW", "YEARS": "YEAR",
+                  "QUARTERS": "QUARTER", "MONTHS": "MONTH", "WEEKS": "WEEK", "DAYS": "DAY",
+                  "HOURS": "HOUR", "MINUTES": "MINUTE", "SECONDS": "SECOND",
+                  "MILLISECOND": "MILLISECONDS", "MICROSECOND": "MICROSECONDS",
+                  "DECADES": "DECADE", "CENTURIES": "CENTURY", "MILLENNIA": "MILLENNIUM"}
+_PG_EXTRACT_UNITS = {"YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "DOW", "DOY", "ISODOW",
+                     "ISOYEAR", "HOUR", "MINUTE", "SECOND", "MILLISECONDS", "MICROSECONDS",
+                     "DECADE", "CENTURY", "MILLENNIUM", "EPOCH"}
+#: Parts of the time of day: PostgreSQL refuses them for a DATE, row by row.
+_PG_TIME_UNITS = {"HOUR", "MINUTE", "SECOND", "MILLISECONDS", "MICROSECONDS"}
+_PG_TRUNC_UNITS = {"MICROSECONDS", "MILLISECONDS", "SECOND", "MINUTE", "HOUR", "DAY", "WEEK",
+                   "MONTH", "QUARTER", "YEAR", "DECADE", "CENTURY", "MILLENNIUM"}
+
+
+def postgres_date_units(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """Date-part units in PostgreSQL's words, or the query refused before the charge.
+
+    PostgreSQL prepares ``EXTRACT(DAYOFWEEK FROM d)``, ``EXTRACT(HOUR FROM <date>)`` and
+    ``DATE_TRUNC('dow', ts)`` without complaint and raises on each row it evaluates them
+    for: inside a CASE, whether the query fails depends on one person's row. So DuckDB's
+    other names become PostgreSQL's, the time of day of a DATE is taken from the DATE as
+    a TIMESTAMP (midnight), and any other unit is refused.
+    """
+    def unit_of(var: exp.Expression | None, allowed: set[str], what: str) -> str:
+        name = var.name.upper() if isinstance(var, exp.Var | exp.Literal) else ""
+        name = _PG_UNIT_NAMES.get(name, name)
+        if name not in allowed:
+            raise unsupported("PostgreSQL", f"{what} with the unit {name[:20]!r}")
+        return name
+
+    def fix(node):
+        if isinstance(node, exp.Extract):
+            unit = unit_of(node.this, _PG_EXTRACT_UNITS, "EXTRACT")
+            node.set("this", exp.var(unit))
+            value = node.expression
+            if unit in _PG_TIME_UNITS and ctx.family(value) == DATE:
+                node.set("expression", exp.Cast(this=value, to=exp.DataType.build("TIMESTAMP")))
+        else:
+            unit = unit_of(node.args.get("unit"), _PG_TRUNC_UNITS, "DATE_TRUNC")
+            node.set("unit", exp.var(unit))
+        return node
+    return _replace_all(expression, (exp.Extract, exp.TimestampTrunc, exp.DateTrunc), fix)
+
+
 def postgres_extract(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """EXTRACT returns NUMERIC in PostgreSQL 14+, BIGINT in DuckDB: cast the integer parts
     back, so that keys such as ``YEAR(d)`` come out as integers."""
@@ -800,7 +845,7 @@ def postgres_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
     return _order_with_tiebreak(expression, make)
 
 
-POSTGRES = (postgres_try, postgres_extract, _python_dates, postgres_hash)
+POSTGRES = (postgres_try, postgres_date_units, postgres_extract, _python_dates, postgres_hash)
 
 
 # -- Spark SQL -------------------------------------------------------------------------
