@@ -252,7 +252,7 @@ class Connection:
                 sql, epsilon, delta, max_groups, max_rows, self._catalog.limits)
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
                                                       mechanism)
-            expression, text_keys = self._check(plan, expression, backend)
+            expression, text_keys, double_keys = self._check(plan, expression, backend)
         except DpsqlError as exc:
             self._ledger.refuse(self._dataset, self._analyst, text,
                                 f"{type(exc).__name__}: {exc}")
@@ -269,7 +269,7 @@ class Connection:
                 columns, rows = backend.execute(expression)
                 floats = [i for i, k in enumerate(plan.keys)
                           if k.domain and isinstance(k.domain[0], float)]
-                rows = read_keys(rows, len(plan.keys), text_keys, floats)
+                rows = read_keys(rows, len(plan.keys), text_keys, floats, double_keys)
             else:  # only public keys are released: no data needed
                 columns, rows = [k.name for k in plan.keys], []
             noisy = add_noise(plan, columns, rows)
@@ -419,8 +419,11 @@ class Connection:
         :mod:`dpsql.keys`) and the indexes of those keys in its rows.
         """
         text_keys: list[int] = []
+        double_keys: list[int] = []
         if plan.stats or plan.selection is not None:
             schema = backend.check(expression)
+            double_keys = [i for i, (name, t) in enumerate(schema) if name.startswith("__k")
+                           and t.upper().split("(")[0].strip() in ("DOUBLE", "FLOAT", "REAL")]
             key_types = [t for name, t in schema if name.startswith("__k")]
             for key, key_type in zip(plan.keys, key_types, strict=False):
                 if not scalar_key_type(key_type):
@@ -440,7 +443,7 @@ class Connection:
             key_types = ["VARCHAR" if k.domain and isinstance(k.domain[0], str) else "DOUBLE"
                          for k in plan.keys]
         check_postprocess(plan, key_types, self._catalog.limits)
-        return expression, text_keys
+        return expression, text_keys, double_keys
 
     def _check_alpha(self, alpha: float | None) -> float:
         if alpha is None:

@@ -94,7 +94,7 @@ def keys_as_text(expression: exp.Select, names: list[str]) -> exp.Select:
 
 
 def read_keys(rows: list[tuple], nk: int, text: list[int],
-              floats: list[int] = ()) -> list[tuple]:
+              floats: list[int] = (), doubles: list[int] = ()) -> list[tuple]:
     """Rows with their ``nk`` leading key values made canonical.
 
     * Text keys (at indexes ``text``) are read back as dates and timestamps when they
@@ -108,6 +108,9 @@ def read_keys(rows: list[tuple], nk: int, text: list[int],
     * DECIMAL keys get one spelling each (:func:`_decimal`); at ``floats`` (keys whose
       public domain dpsql holds as floats, such as ``CASE ... THEN 0.1 ELSE 0.2 END``,
       which PostgreSQL computes as NUMERIC) they become floats, to meet the domain.
+    * At ``doubles`` (keys the database types as floating point), an integer becomes
+      the equal float: SQLite groups 1 with 1.0 and reports the type of the first row
+      it met. An integer no float equals stays as it is (no two groups merge).
 
     >>> read_keys([("2000-01-02", -0.0, 1), ("2000-W01-1", float("-nan"), 2),
     ...            ("20000-01-01", 1.5, 3), ("2000-01-02 03:04:05.5", None, 4),
@@ -130,6 +133,9 @@ def read_keys(rows: list[tuple], nk: int, text: list[int],
                 row[i] = math.nan if math.isnan(value) else value + 0.0
             elif isinstance(value, decimal.Decimal):
                 row[i] = float(value) if i in floats else _decimal(value)
+            elif i in doubles and isinstance(value, int) and not isinstance(value, bool) \
+                    and abs(value) < 2 ** 53:
+                row[i] = float(value)
         out.append(tuple(row))
     return out
 

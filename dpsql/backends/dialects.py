@@ -292,6 +292,8 @@ def _order_with_tiebreak(expression: exp.Expression, make_hash) -> exp.Expressio
 SQLITE_HASH = "dpsql_hash"
 #: SQLite: dpsql's floating modulo, registered on its connection (C fmod; NULL on bad input).
 SQLITE_FMOD = "dpsql_fmod"
+#: SQLite: valid UTF-8 text, or NULL (registered on dpsql's connection; takes a BLOB).
+SQLITE_UTF8 = "dpsql_utf8"
 
 
 #: SQLite storage classes a column of each family holds when its value is of that type.
@@ -303,7 +305,7 @@ _SQLITE_CLASSES = {INT: ("integer",), BOOL: ("integer",), FLOAT: ("integer", "re
 def sqlite_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """Every table is read through ``(SELECT CASE WHEN typeof(c) IN (...) THEN c END AS c,
     ... FROM t) AS t``: a value whose storage class does not fit its declared type is
-    read as NULL.
+    read as NULL, and so is text that is not valid UTF-8 (``dpsql_utf8``).
 
     SQLite keeps any value in any column (a CSV import leaves ``''`` in INTEGER columns,
     an update can store 62.5 there), while everything after the charge relies on the
@@ -328,7 +330,14 @@ def sqlite_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Express
                 continue
             test = exp.In(this=exp.Typeof(this=_copy(ref)),
                           expressions=[exp.Literal.string(c) for c in classes])
-            outputs.append(exp.alias_(exp.Case(ifs=[exp.If(this=test, true=ref)]), column))
+            value = ref
+            if classes == ("text",):
+                # text that is not UTF-8 would be decoded on the way out: two different
+                # byte strings could become one key there, so it is NULL here instead,
+                # before the database groups anything
+                value = exp.Anonymous(this=SQLITE_UTF8, expressions=[
+                    exp.Cast(this=_copy(ref), to=exp.DataType.build("BLOB"))])
+            outputs.append(exp.alias_(exp.Case(ifs=[exp.If(this=test, true=value)]), column))
         plain = exp.Table(this=exp.to_identifier(table.name))
         body = exp.select(*outputs).from_(plain)
         return body.subquery(table.alias_or_name, copy=False)
@@ -1033,6 +1042,7 @@ POSTGRES_FAILURES = Failures(
 #: MAX(x, -x)) and dpsql's keyed hash, a Python function, fails on invalid UTF-8 text.
 SQLITE_FAILURES = Failures(
     "SQLite", safe_functions=frozenset({"TOTAL", SQLITE_HASH.upper(), SQLITE_FMOD.upper(),
+                                        SQLITE_UTF8.upper(),
                                         "STRFTIME", "DATE", "DATETIME"}),
     integer_overflow=False, division_by_zero=False, casts=False, mixed_types=False,
     decimals="none", sum_overflow=False, temporal_overflow=False, plain_sum_raises=True,

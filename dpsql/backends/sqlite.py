@@ -104,6 +104,20 @@ def fmod(a, b):
 _PROGRESS_STEPS = 10_000
 
 
+def utf8(raw):
+    """``dpsql_utf8``: a BLOB's bytes as text when they are valid UTF-8, else NULL.
+
+    >>> utf8("é".encode()), utf8(b"\\xff"), utf8(None)
+    ('é', None, None)
+    """
+    if not isinstance(raw, bytes):
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def decode_text(raw: bytes) -> str:
     """SQLite TEXT → str, never an error: SQLite stores whatever bytes it was given, and
     the default decoding fails the fetch (after the charge) on a value that is not UTF-8.
@@ -124,6 +138,7 @@ def _connect_read_only(path: Path, guard: _Guard) -> sqlite3.Connection:
     con.set_progress_handler(guard.interrupt, _PROGRESS_STEPS)
     con.create_function(dialects.SQLITE_HASH, -1, keyed_hash, deterministic=True)
     con.create_function(dialects.SQLITE_FMOD, 2, fmod, deterministic=True)
+    con.create_function(dialects.SQLITE_UTF8, 1, utf8, deterministic=True)
     con.execute("PRAGMA query_only = ON")
     con.execute("PRAGMA trusted_schema = OFF")
     con.execute("PRAGMA case_sensitive_like = ON")

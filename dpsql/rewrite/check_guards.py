@@ -576,6 +576,8 @@ class Typer:
             return replace(args[0], bits=None) if args else UNKNOWN
         if name == "DPSQL_FMOD":
             return Type(FLOAT)
+        if name == "DPSQL_UTF8":
+            return Type(STRING)
         if name in ("STRFTIME", "DATE", "DATETIME"):
             return Type(STRING)
         if name == "PG_INPUT_IS_VALID":

@@ -312,3 +312,46 @@ def test_postgres_numeric_keys_meet_their_float_domain(pg_keys):
     res = pg_keys.execute("SELECT CASE WHEN age > 50 THEN 0.1 ELSE 0.2 END AS k, COUNT(*) "
                           "FROM pgkeys GROUP BY k", epsilon=10.0)
     assert sum(n for _, n in res.rows) > 300, res.rows
+
+
+# -- review round 6: SQLite ---------------------------------------------------------------
+
+def _sqlite(tmp_path, rows, extra):
+    path = tmp_path / "r6.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (pid INTEGER, name TEXT, age INTEGER, income REAL)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
+    for sql in extra:
+        con.execute(sql)
+    con.commit()
+    con.close()
+    catalog = {"dataset": "r6", "tables": {"t": {
+        "user_key": "pid", "max_groups": 1, "max_rows": 1, "columns": {
+            "pid": "int", "name": {"type": "string", "nullable": True},
+            "age": {"type": "int", "lower": 0, "upper": 100, "nullable": True},
+            "income": {"type": "float", "lower": 0, "upper": 10, "nullable": True}}}}}
+    return dpsql.connect(f"sqlite:///{path}", catalog=catalog, budget=(1e6, 0.5),
+                         ledger=":memory:")
+
+
+@pytest.mark.parametrize("attacker", [False, True])
+def test_sqlite_invalid_utf8_never_joins_a_real_group(tmp_path, attacker):
+    # invalid bytes were decoded as the text '\xff': one person holding the raw byte
+    # overwrote the group of 100 people whose text is backslash-x-f-f
+    rows = [(i, "\\xff", 30, 1.0) for i in range(1, 101)]
+    extra = ["INSERT INTO t VALUES (999, CAST(X'FF' AS TEXT), 30, 1.0)"] if attacker else []
+    with _sqlite(tmp_path, rows, extra) as conn:
+        res = conn.execute("SELECT name, COUNT(*) FROM t GROUP BY name", epsilon=5.0,
+                           delta=1e-6)
+        big = [n for k, n in res.rows if k == "\\xff"]
+        assert big and big[0] > 80, res.rows
+
+
+@pytest.mark.parametrize("attacker", [False, True])
+def test_sqlite_key_type_does_not_depend_on_the_first_row(tmp_path, attacker):
+    # SQLite groups 1 with 1.0 and reports the first row's type
+    rows = [(0, "n", 1, None)] * attacker + [(i, "n", None, 1.0) for i in range(1, 101)]
+    with _sqlite(tmp_path, rows, []) as conn:
+        res = conn.execute("SELECT COALESCE(age, income) AS k, COUNT(*) FROM t GROUP BY k",
+                           epsilon=5.0, delta=1e-6)
+        assert [type(k) for k, _ in res.rows] == [float], res.rows
