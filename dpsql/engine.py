@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 import getpass
 import logging
 import math
@@ -37,7 +38,13 @@ from dpsql.errors import (
     UnknownTableError,
     UnsupportedQueryError,
 )
-from dpsql.keys import keys_as_text, read_keys, scalar_key_type, temporal_key_type
+from dpsql.keys import (
+    float_key_type,
+    keys_as_text,
+    read_keys,
+    scalar_key_type,
+    temporal_key_type,
+)
 from dpsql.ledger import ALL, BudgetView, Ledger
 from dpsql.noise import add_noise
 from dpsql.parse import parse
@@ -252,7 +259,7 @@ class Connection:
                 sql, epsilon, delta, max_groups, max_rows, self._catalog.limits)
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
                                                       mechanism)
-            expression, text_keys, double_keys = self._check(plan, expression, backend)
+            expression, read = self._check(plan, expression, backend)
         except DpsqlError as exc:
             self._ledger.refuse(self._dataset, self._analyst, text,
                                 f"{type(exc).__name__}: {exc}")
@@ -267,9 +274,7 @@ class Connection:
         try:
             if plan.stats or plan.selection is not None:
                 columns, rows = backend.execute(expression)
-                floats = [i for i, k in enumerate(plan.keys)
-                          if k.domain and isinstance(k.domain[0], float)]
-                rows = read_keys(rows, len(plan.keys), text_keys, floats, double_keys)
+                rows = read(rows)
             else:  # only public keys are released: no data needed
                 columns, rows = [k.name for k in plan.keys], []
             noisy = add_noise(plan, columns, rows)
@@ -415,15 +420,15 @@ class Connection:
     def _check(self, plan: Plan, expression, backend: Backend):
         """Everything the backend and post-processing would refuse, found before charging.
 
-        Returns the expression to run (date and timestamp keys fetched as text, see
-        :mod:`dpsql.keys`) and the indexes of those keys in its rows.
+        Returns the expression to run (date and timestamp keys fetched as text) and the
+        function that makes its rows' keys canonical (:func:`dpsql.keys.read_keys`).
         """
         text_keys: list[int] = []
         double_keys: list[int] = []
         if plan.stats or plan.selection is not None:
             schema = backend.check(expression)
             double_keys = [i for i, (name, t) in enumerate(schema) if name.startswith("__k")
-                           and t.upper().split("(")[0].strip() in ("DOUBLE", "FLOAT", "REAL")]
+                           and float_key_type(t)]
             key_types = [t for name, t in schema if name.startswith("__k")]
             for key, key_type in zip(plan.keys, key_types, strict=False):
                 if not scalar_key_type(key_type):
@@ -443,7 +448,10 @@ class Connection:
             key_types = ["VARCHAR" if k.domain and isinstance(k.domain[0], str) else "DOUBLE"
                          for k in plan.keys]
         check_postprocess(plan, key_types, self._catalog.limits)
-        return expression, text_keys, double_keys
+        domain_floats = [i for i, k in enumerate(plan.keys)
+                         if k.domain and isinstance(k.domain[0], float)]
+        return expression, functools.partial(read_keys, nk=len(plan.keys), text=text_keys,
+                                             floats=domain_floats, doubles=double_keys)
 
     def _check_alpha(self, alpha: float | None) -> float:
         if alpha is None:

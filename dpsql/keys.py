@@ -64,6 +64,15 @@ def temporal_key_type(type_name: str) -> bool:
     return _base(type_name) in TEMPORAL_KEY
 
 
+def float_key_type(type_name: str) -> bool:
+    """Whether a key of this type is a floating-point number (see :func:`read_keys`).
+
+    >>> float_key_type("DOUBLE"), float_key_type("DECIMAL(10,2)")
+    (True, False)
+    """
+    return _base(type_name) in ("DOUBLE", "FLOAT", "REAL")
+
+
 def keys_as_text(expression: exp.Select, names: list[str]) -> exp.Select:
     """``SELECT CAST(k AS VARCHAR) AS k, ... FROM (expression) AS __keys``: the named
     output columns as text, the others as they are.
