@@ -65,12 +65,13 @@ def temporal_key_type(type_name: str) -> bool:
 
 
 def float_key_type(type_name: str) -> bool:
-    """Whether a key of this type is a floating-point number (see :func:`read_keys`).
+    """Whether a key of this type may hold fractions (see :func:`read_keys`): an integer
+    value there is released as a float.
 
-    >>> float_key_type("DOUBLE"), float_key_type("DECIMAL(10,2)")
-    (True, False)
+    >>> float_key_type("DOUBLE"), float_key_type("DECIMAL(10,2)"), float_key_type("INT")
+    (True, True, False)
     """
-    return _base(type_name) in ("DOUBLE", "FLOAT", "REAL")
+    return _base(type_name) in ("DOUBLE", "FLOAT", "REAL", "DECIMAL", "NUMERIC")
 
 
 def keys_as_text(expression: exp.Select, names: list[str]) -> exp.Select:
@@ -117,9 +118,10 @@ def read_keys(rows: list[tuple], nk: int, text: list[int],
     * DECIMAL keys get one spelling each (:func:`_decimal`); at ``floats`` (keys whose
       public domain dpsql holds as floats, such as ``CASE ... THEN 0.1 ELSE 0.2 END``,
       which PostgreSQL computes as NUMERIC) they become floats, to meet the domain.
-    * At ``doubles`` (keys the database types as floating point), an integer becomes
-      the equal float: SQLite groups 1 with 1.0 and reports the type of the first row
-      it met. An integer no float equals stays as it is (no two groups merge).
+    * At ``doubles`` (keys the database types as floating point or decimal), an
+      integer becomes the equal float: SQLite groups 1 with 1.0 (and 2**53 with
+      2.0**53) and reports the type of the first row it met. An integer no float
+      equals stays as it is (SQLite compares them exactly, so no two groups merge).
 
     >>> read_keys([("2000-01-02", -0.0, 1), ("2000-W01-1", float("-nan"), 2),
     ...            ("20000-01-01", 1.5, 3), ("2000-01-02 03:04:05.5", None, 4),
@@ -142,11 +144,23 @@ def read_keys(rows: list[tuple], nk: int, text: list[int],
                 row[i] = math.nan if math.isnan(value) else value + 0.0
             elif isinstance(value, decimal.Decimal):
                 row[i] = float(value) if i in floats else _decimal(value)
-            elif i in doubles and isinstance(value, int) and not isinstance(value, bool) \
-                    and abs(value) < 2 ** 53:
-                row[i] = float(value)
+            elif i in doubles and isinstance(value, int) and not isinstance(value, bool):
+                row[i] = _as_float(value)
         out.append(tuple(row))
     return out
+
+
+def _as_float(value: int):
+    """The float equal to ``value``, or ``value`` when none is.
+
+    >>> _as_float(1), _as_float(2 ** 53), _as_float(2 ** 53 + 1), _as_float(10 ** 400) > 0
+    (1.0, 9007199254740992.0, 9007199254740993, True)
+    """
+    try:
+        f = float(value)
+    except OverflowError:
+        return value
+    return f if f == value else value
 
 
 def _decimal(value: decimal.Decimal):

@@ -355,3 +355,18 @@ def test_sqlite_key_type_does_not_depend_on_the_first_row(tmp_path, attacker):
         res = conn.execute("SELECT COALESCE(age, income) AS k, COUNT(*) FROM t GROUP BY k",
                            epsilon=5.0, delta=1e-6)
         assert [type(k) for k, _ in res.rows] == [float], res.rows
+
+
+@pytest.mark.parametrize("attacker", [False, True])
+@pytest.mark.parametrize(("key", "stored"), [
+    ("COALESCE(age, income)", 2.0 ** 53),              # beyond 2**53 a float still equals it
+    ("CASE WHEN age IS NULL THEN 1.0 ELSE age END", 1.0),  # typed DECIMAL by the inference
+])
+def test_sqlite_key_type_does_not_depend_on_the_first_row_anywhere(tmp_path, attacker, key,
+                                                                   stored):
+    rows = [(0, "n", int(stored), None)] * attacker + \
+        [(i, "n", None, stored) for i in range(1, 101)]
+    with _sqlite(tmp_path, rows, []) as conn:
+        res = conn.execute(f"SELECT {key} AS k, COUNT(*) FROM t GROUP BY k", epsilon=5.0,
+                           delta=1e-6)
+        assert {type(k) for k, _ in res.rows} == {float}, res.rows
