@@ -302,6 +302,31 @@ _SQLITE_CLASSES = {INT: ("integer",), BOOL: ("integer",), FLOAT: ("integer", "re
                    TIMESTAMP: ("text",)}
 
 
+def _typed_tables(expression: exp.Expression, ctx: Context, value) -> exp.Expression:
+    """Every catalog table in a FROM or JOIN is read through ``(SELECT <value of c> AS c,
+    ... FROM t) AS t``, where ``value(column, type)`` gives the expression a column is
+    read as (None: as it is). CTEs of the query keep their names; a table whose columns
+    all read as they are is left alone."""
+    ctes = {cte.alias_or_name.lower() for cte in expression.find_all(exp.CTE)}
+
+    def read(table: exp.Table) -> exp.Expression:
+        name = table.name.lower()
+        columns = ctx.tables.get(name)
+        if name in ctes or not columns or not isinstance(table.parent, exp.From | exp.Join):
+            return table
+        outputs, changed = [], False
+        for column, dtype in columns.items():
+            body = value(exp.column(column), dtype)
+            changed = changed or body is not None
+            outputs.append(exp.column(column) if body is None else exp.alias_(body, column))
+        if not changed:
+            return table
+        plain = exp.Table(this=exp.to_identifier(table.name))
+        body = exp.select(*outputs).from_(plain)
+        return body.subquery(table.alias_or_name, copy=False)
+    return _replace_all(expression, exp.Table, read)
+
+
 def sqlite_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """Every table is read through ``(SELECT CASE WHEN typeof(c) IN (...) THEN c END AS c,
     ... FROM t) AS t``: a value whose storage class does not fit its declared type is
@@ -314,34 +339,21 @@ def sqlite_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Express
     what such a value means (missing), the mapping is row by row and data-independent,
     and it keeps every well-typed value as it is.
     """
-    ctes = {cte.alias_or_name.lower() for cte in expression.find_all(exp.CTE)}
-
-    def read(table: exp.Table) -> exp.Expression:
-        name = table.name.lower()
-        columns = ctx.tables.get(name)
-        if name in ctes or not columns or not isinstance(table.parent, exp.From | exp.Join):
-            return table
-        outputs = []
-        for column, dtype in columns.items():
-            classes = _SQLITE_CLASSES.get(type_family(dtype))
-            ref = exp.column(column)
-            if classes is None:
-                outputs.append(ref)
-                continue
-            test = exp.In(this=exp.Typeof(this=_copy(ref)),
-                          expressions=[exp.Literal.string(c) for c in classes])
-            value = ref
-            if classes == ("text",):
-                # text that is not UTF-8 would be decoded on the way out: two different
-                # byte strings could become one key there, so it is NULL here instead,
-                # before the database groups anything
-                value = exp.Anonymous(this=SQLITE_UTF8, expressions=[
-                    exp.Cast(this=_copy(ref), to=exp.DataType.build("BLOB"))])
-            outputs.append(exp.alias_(exp.Case(ifs=[exp.If(this=test, true=value)]), column))
-        plain = exp.Table(this=exp.to_identifier(table.name))
-        body = exp.select(*outputs).from_(plain)
-        return body.subquery(table.alias_or_name, copy=False)
-    return _replace_all(expression, exp.Table, read)
+    def value(ref: exp.Column, dtype: str) -> exp.Expression | None:
+        classes = _SQLITE_CLASSES.get(type_family(dtype))
+        if classes is None:
+            return None
+        test = exp.In(this=exp.Typeof(this=_copy(ref)),
+                      expressions=[exp.Literal.string(c) for c in classes])
+        body = ref
+        if classes == ("text",):
+            # text that is not UTF-8 would be decoded on the way out: two different
+            # byte strings could become one key there, so it is NULL here instead,
+            # before the database groups anything
+            body = exp.Anonymous(this=SQLITE_UTF8, expressions=[
+                exp.Cast(this=_copy(ref), to=exp.DataType.build("BLOB"))])
+        return exp.Case(ifs=[exp.If(this=test, true=body)])
+    return _typed_tables(expression, ctx, value)
 
 
 def sqlite_try(expression: exp.Expression, ctx: Context) -> exp.Expression:
@@ -883,6 +895,42 @@ def _spark_safe_node(node: exp.Expression, ctx: Context) -> exp.Expression:
     return node
 
 
+#: The instants Spark reads as dates and timestamps of years 1..9999 (the timestamp
+#: bounds in the session time zone, which dpsql sets to UTC: :data:`~dpsql.backends.
+#: spark.SAFE_CONF`).
+_SPARK_RANGE = {DATE: ("0001-01-01", "9999-12-31"),
+                TIMESTAMP: ("0001-01-01 00:00:00", "9999-12-31 23:59:59.999999")}
+
+
+def spark_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """Every table is read with its dates and timestamps kept to years 1..9999 and its
+    text kept to valid UTF-8 (NULL otherwise).
+
+    Spark stores dates up to about year ±5,800,000 and timestamps up to ±290,000, but
+    its date difference, DATE to TIMESTAMP conversion and ``DATE_TRUNC`` of a timestamp
+    raise "long overflow" near those limits, with ANSI mode off and under ``TRY_CAST``
+    alike: one person's extreme date would fail the answer after the charge. And a
+    string column can hold bytes that are not UTF-8 (a Parquet file written elsewhere);
+    Spark groups them by their bytes, but the driver decodes both ``0xFF`` and the text
+    ``U+FFFD`` as ``'\ufffd'``, so two groups would come back as one key and one
+    person's group would overwrite another's statistics. Reading such a value as NULL
+    is row by row and data-independent (a comparison of dates and ``is_valid_utf8``
+    cannot fail), keeps every ordinary value as it is, and leaves every later date
+    operation inside the range where Spark's arithmetic is total.
+    """
+    def value(ref: exp.Column, dtype: str) -> exp.Expression | None:
+        family = type_family(dtype)
+        if family in _SPARK_RANGE:
+            lo, hi = (_date_literal(t, family) for t in _SPARK_RANGE[family])
+            test = exp.Between(this=_copy(ref), low=lo, high=hi)
+        elif family == STRING:
+            test = exp.Anonymous(this="IS_VALID_UTF8", expressions=[_copy(ref)])
+        else:
+            return None
+        return exp.Case(ifs=[exp.If(this=test, true=ref)])
+    return _typed_tables(expression, ctx, value)
+
+
 def spark_try(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """``TRY(x)`` → ``x`` with overflow-prone arithmetic as ``try_*`` functions."""
     def fix(node):
@@ -931,7 +979,8 @@ def spark_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
         this="XXHASH64", expressions=[uid, *keys, seed]))
 
 
-SPARK = (spark_dates, spark_try, spark_casts, spark_sums, _python_dates, spark_hash)
+SPARK = (spark_typed_tables, spark_dates, spark_try, spark_casts, spark_sums, _python_dates,
+         spark_hash)
 
 
 #: Nodes the transforms of one query may copy, besides a multiple of its own size (see
@@ -1052,7 +1101,8 @@ SQLITE_FAILURES = Failures(
 #: NULL; interval arithmetic still raises on overflow.
 SPARK_FAILURES = Failures(
     "Spark SQL", safe_functions=frozenset({"TRY_ADD", "TRY_SUBTRACT", "TRY_MULTIPLY",
-                                           "TRY_DIVIDE", "TRY_SUM", "XXHASH64", "BROUND"}),
+                                           "TRY_DIVIDE", "TRY_SUM", "XXHASH64", "BROUND",
+                                           "IS_VALID_UTF8"}),
     integer_overflow=False, division_by_zero=False, casts=False, mixed_types=False,
     decimals="none", sum_overflow=False, abs_overflow=False)
 

@@ -32,6 +32,11 @@ optimise it, because Spark's optimiser evaluates expressions over local relation
 (``ConvertToLocalRelation``), so a planning error could depend on the data. Spark has
 no statement timeout. Engine error texts go to the owner's log only
 (:mod:`dpsql.backends._boundary`).
+
+Values: dpsql's queries run in the UTC session time zone (timestamp parts, truncation
+and keys are UTC), and every table is read with dates and timestamps outside years
+1..9999 and text that is not valid UTF-8 as NULL (:func:`~dpsql.backends.dialects.
+spark_typed_tables` says why).
 """
 
 from __future__ import annotations
@@ -71,6 +76,10 @@ SAFE_CONF = {
     "spark.sql.legacy.ctePrecedencePolicy": "CORRECTED",
     "spark.sql.legacy.parser.havingWithoutGroupByAsWhere": "false",
     "spark.sql.legacy.setopsPrecedence.enabled": "false",
+    # timestamps (Spark's TIMESTAMP is time-zone aware) read, written and cut into
+    # parts in UTC: in a zone with daylight saving the repeated autumn hour is one local
+    # text for two instants, so two groups would come back as one key
+    "spark.sql.session.timeZone": "UTC",
 }
 
 _SCALARS = {"bigint": "BIGINT", "int": "INTEGER", "integer": "INTEGER", "smallint": "SMALLINT",

@@ -578,6 +578,8 @@ class Typer:
             return Type(FLOAT)
         if name == "DPSQL_UTF8":
             return Type(STRING)
+        if name == "IS_VALID_UTF8":
+            return Type(BOOL)
         if name in ("STRFTIME", "DATE", "DATETIME"):
             return Type(STRING)
         if name == "PG_INPUT_IS_VALID":
