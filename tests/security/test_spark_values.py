@@ -10,6 +10,10 @@ Three gaps of the last review round, each needing only a value in the data:
 * in a session time zone with daylight saving, the two instants of the repeated autumn
   hour came back as one local text, one key for two groups.
 
+And what the review of those fixes found: the analyst can build an extreme date from a
+literal or a person's text (a cast), and sums of date differences overflowed as
+intervals.
+
 Each test runs a query on D and on D′ = D plus one person and asserts what the analyst
 sees. The tables are built with Spark SQL itself (Python cannot hold such dates).
 """
@@ -84,6 +88,10 @@ def _answer(spark, sql, epsilon=1e4):
 EXTREME = ("SELECT 999 AS pid, 'n' AS name, make_date(5000000, 1, 1) AS d, "
            "CAST(TIMESTAMP_NTZ '2000-01-01 00:00:00' AS TIMESTAMP) + "
            "make_interval(200000) AS ts")
+#: ... and one whose date is ordinary: the queries that build dates themselves need no
+#: more (the last day of year 9999 is for the sums of date differences).
+ORDINARY = ("SELECT 999 AS pid, 'n' AS name, DATE '9999-12-30' AS d, "
+            "CAST(TIMESTAMP_NTZ '2000-01-01 00:00:00' AS TIMESTAMP) AS ts")
 
 
 @pytest.mark.parametrize("sql", [
@@ -91,20 +99,39 @@ EXTREME = ("SELECT 999 AS pid, 'n' AS name, make_date(5000000, 1, 1) AS d, "
     "SELECT COUNT(*) FROM people WHERE TRY_CAST(d AS TIMESTAMP) IS NULL",
     "SELECT DATE_TRUNC('month', ts) AS m, COUNT(*) FROM people GROUP BY m",
     "SELECT DATE_TRUNC('month', d) AS m, COUNT(*) FROM people GROUP BY m",
-    "SELECT COUNT(*) FROM people WHERE d - DATE '2000-01-01' > INTERVAL 30 DAY",
+    "SELECT COUNT(*) FROM people WHERE d - DATE '2000-01-01' > 30",
     "SELECT COUNT(*) FROM people WHERE d > DATE '2000-03-01'",
     "SELECT YEAR(d) AS y, COUNT(*) FROM people GROUP BY y",
     "SELECT d, COUNT(*) FROM people GROUP BY d",
     "SELECT ts, COUNT(*) FROM people GROUP BY ts",
+    # dates built by the query: from a literal that only one person's row reaches, or
+    # from a person's text
+    "SELECT COUNT(*) FROM people WHERE CASE WHEN pid = 999 THEN DATE '5000000-01-01' "
+    "ELSE d END - DATE '2000-01-01' > 30",
+    "SELECT COUNT(*) FROM people WHERE CAST(CASE WHEN pid = 999 THEN '5000000-01-01' END "
+    "AS DATE) > ts",
+    "SELECT DATE_TRUNC('year', CAST(CASE WHEN pid = 999 THEN '-290308-12-21 19:59:05.224192'"
+    " END AS TIMESTAMP)) AS y, COUNT(*) FROM people GROUP BY y",
+    "SELECT DATE_TRUNC('year', CASE WHEN pid <= 100 THEN TIMESTAMP '20000-06-01 00:00:00' "
+    "ELSE ts END) AS y, COUNT(*) FROM people GROUP BY y",
+    # sums of date differences: days (an integer), not intervals that overflow
+    "SELECT COUNT(*) FROM people WHERE " + "+".join(["(d - DATE '0001-01-01')"] * 32)
+    + " > 1",
+    "SELECT COUNT(*) FROM people WHERE " + "+".join(
+        ["(CASE WHEN pid = 999 THEN DATE '9999-12-30' ELSE d END - DATE '0001-01-01')"] * 32)
+    + " > 1",
 ], ids=["cast-ts", "try-cast-ts", "trunc-ts", "trunc-d", "date-diff", "compare", "year",
-        "date-key", "ts-key"])
-def test_extreme_dates_never_fail_after_the_charge(spark, sql):
+        "date-key", "ts-key", "literal-date", "text-date", "text-ts", "literal-ts",
+        "diff-sum", "literal-diff-sum"])
+@pytest.mark.parametrize("attacker", [EXTREME, ORDINARY], ids=["extreme", "ordinary"])
+def test_extreme_dates_never_fail_after_the_charge(spark, sql, attacker):
     outcomes = []
-    for extra in (None, EXTREME):
+    for extra in (None, attacker):
         _people(spark, extra)
         outcomes.append(_answer(spark, sql))
     (kind_d, out_d, _), (kind_d2, out_d2, spent) = outcomes
-    assert kind_d2 != "charged-failure", f"{sql}: failed after the charge on D′: {out_d2!r}"
+    for kind, out in ((kind_d, out_d), (kind_d2, out_d2)):
+        assert kind != "charged-failure", f"{sql}: failed after the charge: {out!r}"
     assert kind_d == kind_d2, (sql, out_d, out_d2)
     if kind_d == "refused":
         assert spent == (0.0, 0.0)
@@ -152,3 +179,24 @@ def test_daylight_saving_hour_is_two_keys(spark):
     assert kind == "result", result
     assert len(result.rows) == 2, result.rows
     assert sorted(round(n) for _, n in result.rows) == [60, 60]
+
+
+def test_invalid_utf8_user_keys_stay_separate_users(spark):
+    # two people whose user keys are different invalid byte strings, in different
+    # groups: each is its own user (reading such text as NULL made them one
+    # pseudo-user, whose max_groups choice moved one person's row into another's group)
+    catalog = {"dataset": "spark_uids", "tables": {"acct": {
+        "user_key": "uid", "max_groups": 1, "max_rows": 1, "columns": {
+            "uid": {"type": "string"}, "g": {"type": "string", "values": ["a", "b"]}}}}}
+    rows = " UNION ALL ".join(
+        [f"SELECT CAST(unhex('{h}') AS STRING) AS uid, '{g}' AS g"
+         for h, g in (("FF01", "a"), ("FF02", "b"))]
+        + [f"SELECT 'u{i}' AS uid, '{'a' if i < 50 else 'b'}' AS g" for i in range(100)])
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW acct AS {rows}")
+    conn = dpsql.connect(spark, catalog=catalog, budget=(1e9, 0.5), ledger=":memory:")
+    try:
+        result = conn.execute("SELECT g, COUNT(*) AS n FROM acct GROUP BY g", epsilon=1e4)
+    finally:
+        conn.close()
+    assert {g: round(n) for g, n in result.rows} == {"a": 51, "b": 51}
+
