@@ -618,6 +618,20 @@ def _safe_dates(node: exp.Expression, ctx: Context, backend: str) -> exp.Express
     return node
 
 
+#: The first and last instants of years 1..9999, as dates and as timestamps (on Spark in
+#: the session time zone, which dpsql sets to UTC: :data:`~dpsql.backends.spark.
+#: SAFE_CONF`).
+_YEARS = {DATE: ("0001-01-01", "9999-12-31"),
+                TIMESTAMP: ("0001-01-01 00:00:00", "9999-12-31 23:59:59.999999")}
+
+
+def _in_years(value: exp.Expression, family: str) -> exp.Expression:
+    """``CASE WHEN value BETWEEN <year 1> AND <year 9999> THEN value END``."""
+    lo, hi = (_date_literal(t, family) for t in _YEARS[family])
+    return exp.Case(ifs=[exp.If(this=exp.Between(this=_copy(value), low=lo, high=hi),
+                                true=value)])
+
+
 def _guard_keys(expression: exp.Expression, ctx: Context, guard) -> exp.Expression:
     """Each group key ``k`` of family ``f`` becomes ``guard(k, f)`` (None: kept) where it
     is computed, in its SELECT item and in the GROUP BY, so that it still groups as it
@@ -647,9 +661,7 @@ def _python_dates(expression: exp.Expression, ctx: Context) -> exp.Expression:
     def guard(body: exp.Expression, family: str | None) -> exp.Expression | None:
         if family not in (DATE, TIMESTAMP):
             return None
-        lo, hi = (_date_literal(t, family) for t in DATE_RANGE)
-        return exp.Case(ifs=[exp.If(this=exp.Between(this=_copy(body), low=lo, high=hi),
-                                    true=_copy(body))])
+        return _in_years(_copy(body), family)
     return _guard_keys(expression, ctx, guard)
 
 
@@ -925,20 +937,6 @@ def _spark_safe_node(node: exp.Expression, ctx: Context) -> exp.Expression:
     return node
 
 
-#: The instants Spark reads as dates and timestamps of years 1..9999 (the timestamp
-#: bounds in the session time zone, which dpsql sets to UTC: :data:`~dpsql.backends.
-#: spark.SAFE_CONF`).
-_SPARK_RANGE = {DATE: ("0001-01-01", "9999-12-31"),
-                TIMESTAMP: ("0001-01-01 00:00:00", "9999-12-31 23:59:59.999999")}
-
-
-def _spark_in_range(value: exp.Expression, family: str) -> exp.Expression:
-    """``CASE WHEN value BETWEEN <year 1> AND <year 9999> THEN value END``."""
-    lo, hi = (_date_literal(t, family) for t in _SPARK_RANGE[family])
-    return exp.Case(ifs=[exp.If(this=exp.Between(this=_copy(value), low=lo, high=hi),
-                                true=value)])
-
-
 def spark_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """Every table is read with its dates and timestamps kept to years 1..9999 (NULL
     otherwise).
@@ -955,7 +953,7 @@ def spark_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Expressi
     """
     def value(ref: exp.Column, dtype: str) -> exp.Expression | None:
         family = type_family(dtype)
-        return _spark_in_range(ref, family) if family in _SPARK_RANGE else None
+        return _in_years(ref, family) if family in _YEARS else None
     return _typed_tables(expression, ctx, value)
 
 
@@ -971,12 +969,12 @@ def spark_date_casts(expression: exp.Expression, ctx: Context) -> exp.Expression
     charge. Literals of four-digit years are in range already and kept as they are."""
     def fix(node: exp.Cast) -> exp.Expression:
         family = type_family(node.to.sql(dialect="duckdb"))
-        if family not in _SPARK_RANGE:
+        if family not in _YEARS:
             return node
         if isinstance(node.this, exp.Literal) and node.this.is_string \
                 and _CANONICAL_DATE.fullmatch(node.this.this):
             return node
-        return _spark_in_range(node, family)
+        return _in_years(node, family)
     return _replace_all(expression, exp.Cast, fix)
 
 
