@@ -331,3 +331,27 @@ def test_cli_explain_shows_threshold_and_columns(tmp_path):
     assert out.exit_code == 0, out.output
     assert "Partition selection: a key needs a noisy user count >= 81" in out.output
     assert "Output columns" in out.output and "±18 in every group" in out.output
+
+
+def test_the_stated_threshold_is_the_one_applied(tmp_path):
+    """Keys with exactly τ users are released and keys with τ − 1 are not, τ from explain.
+
+    The selection's noise has scale 1/40 here (q = e^-40): release is decided by the
+    threshold alone, so a threshold that explain or the note stated differently from the
+    one the selection applies fails here, whichever of them moved.
+    """
+    path = tmp_path / "probe.duckdb"
+    sql = "SELECT city, COUNT(*) AS n FROM visits GROUP BY city"
+    probe = _database(path, {"x": 1})
+    conn = dpsql.connect(probe, catalog=CATALOG, budget=(1e3, 0.5), ledger=":memory:")
+    tau = conn.explain(sql, epsilon=80.0, delta=1e-100).partition_selection["threshold"]
+    conn.close()
+    assert tau == 7
+    path.unlink()
+    cities = {f"at{i}": tau for i in range(3)} | {f"below{i}": tau - 1 for i in range(3)}
+    conn = dpsql.connect(_database(path, cities), catalog=CATALOG, budget=(1e3, 0.5),
+                         ledger=":memory:")
+    res = conn.execute(sql, epsilon=80.0, delta=1e-100)
+    assert sorted(r[0] for r in res.rows) == ["at0", "at1", "at2"]
+    assert _threshold(res.notes[0]) == tau and _released(res.notes[0]) == 3
+    conn.close()
