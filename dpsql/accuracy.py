@@ -79,7 +79,8 @@ def selection_summary(plan: Plan, alpha: float) -> dict | None:
         "epsilon": eps,
         "delta": dlt,
         "scale": sel.noise.scale,
-        "keys": [k.expr.sql(dialect="duckdb") for k in plan.keys if k.domain is None],
+        "keys": [_short(k.expr.sql(dialect="duckdb")) for k in plan.keys
+                 if k.domain is None],
         "max_groups": sel.max_groups,
         "at_threshold": sel.release_probability(sel.threshold),
         "likely": sel.users_needed(1 - alpha),
@@ -118,9 +119,9 @@ def selection_note(plan: Plan, released: int, alpha: float) -> str:
     summary = selection_summary(plan, alpha)
     keys = ", ".join(summary["keys"])
     words = threshold_words(summary)
-    after = (" (before HAVING, LIMIT and OFFSET)"
-             if plan.having is not None or plan.limit is not None or plan.offset is not None
-             else "")
+    later = [name for name, part in (("HAVING", plan.having), ("LIMIT", plan.limit),
+                                     ("OFFSET", plan.offset)) if part is not None]
+    after = f" (before {' and '.join(later)})" if later else ""
     if released:
         return (f"partition selection: {released:,} group key{'s' if released != 1 else ''} "
                 f"of {keys} cleared the threshold{after}. Keys of {keys} come from the data, "
@@ -137,6 +138,11 @@ def selection_note(plan: Plan, released: int, alpha: float) -> str:
             f"query pays for). Keys of {keys} come from the data, so {words}. To see "
             f"groups: {'; '.join(hints)}. The explain command shows the threshold before "
             "anything is spent.")
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """An analyst's expression, cut to ``limit`` characters for a one-line note."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _percent(p: float) -> str:

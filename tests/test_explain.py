@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -355,3 +356,19 @@ def test_the_stated_threshold_is_the_one_applied(tmp_path):
     assert sorted(r[0] for r in res.rows) == ["at0", "at1", "at2"]
     assert _threshold(res.notes[0]) == tau and _released(res.notes[0]) == 3
     conn.close()
+
+
+def test_explanation_escapes_what_it_shows(visits):
+    """Every new part of the rendering escapes (dpsql refuses control characters in
+    names and literals already; this guards the rendering on its own)."""
+    evil = "a\x1b[2J\nb\u202ec"
+    ex = visits.explain(GROUP_SQL, epsilon=1.0, delta=1e-6)
+    outputs = [dict(o, column=o["column"] + evil, expression=evil, meaning=evil,
+                    statistics=[evil]) for o in ex.outputs]
+    selection = dict(ex.partition_selection, keys=[evil])
+    statistics = [dict(s, feeds=[evil]) for s in ex.statistics]
+    bad = dataclasses.replace(ex, outputs=outputs, partition_selection=selection,
+                              statistics=statistics)
+    for text in (str(bad), bad._repr_html_()):
+        assert "\x1b" not in text and "\u202e" not in text and "a\nb" not in text
+    assert "a\\x1b[2J\\nb" in str(bad)
