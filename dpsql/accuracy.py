@@ -140,6 +140,18 @@ def selection_note(plan: Plan, released: int, alpha: float) -> str:
             "anything is spent.")
 
 
+def readable(x: float) -> str:
+    """A number to four significant figures with thousands separators (``7,381,000``)."""
+    if not math.isfinite(x):
+        return str(x)
+    if x == 0 or not 1e-3 <= abs(x) < 1e15:
+        return f"{x:.4g}"
+    rounded = float(f"{x:.4g}")
+    if rounded.is_integer():
+        return f"{int(rounded):,}"
+    return f"{rounded:,.{max(0, 3 - math.floor(math.log10(abs(rounded))))}f}".rstrip("0")
+
+
 def _short(text: str, limit: int = 60) -> str:
     """An analyst's expression, cut to ``limit`` characters for a one-line note."""
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -253,17 +265,19 @@ def _predict(plan: Plan, o: Output, alpha: float) -> dict:
         step = (stat.bins.upper - stat.bins.lower) / stat.bins.count
         sizes = ", ".join(f"{100 * rank / n:.3g} at n = {n:,}" for n in ASSUMED_SIZES)
         entry["meaning"] = (
-            f"with probability >= {conf} the ± interval lies between the group's true "
-            f"quantiles at ranks q ± {rank:,.4g}/n (n = the group's rows), widened by one "
-            f"bin ({step:,.4g}); in percentile points: ± {sizes}. In values the worst case "
-            f"is the whole range, {stat.bins.upper - stat.bins.lower:,.4g}")
+            f"with probability >= {conf} the confidence interval (the ± shown, which also "
+            f"covers the released value) lies between the group's true "
+            f"quantiles at ranks q ± {readable(rank)}/n (n = the group's rows), widened by "
+            f"one bin ({readable(step)}); in percentile points: ± {sizes}. In values the "
+            f"worst case is the whole range, {readable(stat.bins.upper - stat.bins.lower)}")
         return entry
     formula = _formula(plan, cells[0], level) if direct else ""
     entry["meaning"] = (
         f"with probability >= {conf} the error is at most the value shown for a group of "
         f"n rows (after contribution bounding), whatever the values within the catalog's "
         f"bounds{formula}"
-        + (f"; never more than {worst:,.4g}" if entry["worst_case"] is not None else ""))
+        + (f"; never more than {readable(worst)}" if entry["worst_case"] is not None
+           else ""))
     return entry
 
 
@@ -327,13 +341,13 @@ def _formula(plan: Plan, cell: Cell, level: float) -> str:
     r = _radius(cell)
     if cell.kind == "avg":
         h_s, h_n = (_stat_width(plan, s, level) for s in cell.stats)
-        return (f": (h_sum + r·h_count) / (n − h_count) = ({h_s:,.4g} + {r:,.4g} × "
-                f"{h_n:,.4g}) / (n − {h_n:,.4g}), for n > {h_n + 1:,.4g}")
+        return (f": (h_sum + r·h_count) / (n − h_count) = ({readable(h_s)} + {readable(r)} × "
+                f"{readable(h_n)}) / (n − {readable(h_n)}), for n >= {readable(h_n + 1)}")
     if cell.kind in _VARIANCES:
         h_q, h_s, h_n = (_stat_width(plan, s, level) for s in cell.stats)
-        return (f" (from the noisy sum of squares ±{h_q:,.4g}, sum ±{h_s:,.4g} and count "
-                f"±{h_n:,.4g}, values at most {r:,.4g} from {cell.center:,.4g}; "
-                f"for n > {h_n + 1:,.4g})")
+        return (f" (from the noisy sum of squares ±{readable(h_q)}, sum ±{readable(h_s)} "
+                f"and count ±{readable(h_n)}, values at most {readable(r)} from "
+                f"{readable(cell.center)}; for n >= {readable(h_n + 2)})")
     return ""
 
 
