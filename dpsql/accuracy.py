@@ -265,8 +265,9 @@ def _predict(plan: Plan, o: Output, alpha: float) -> dict:
         step = (stat.bins.upper - stat.bins.lower) / stat.bins.count
         sizes = ", ".join(f"{100 * rank / n:.3g} at n = {n:,}" for n in ASSUMED_SIZES)
         entry["meaning"] = (
-            f"with probability >= {conf} the confidence interval (the ± shown, which also "
-            f"covers the released value) lies between the group's true "
+            f"with probability >= {conf} the quantile's confidence interval (the ± shown "
+            f"is that interval, stretched to the released value if needed) lies between "
+            f"the group's true "
             f"quantiles at ranks q ± {readable(rank)}/n (n = the group's rows), widened by "
             f"one bin ({readable(step)}); in percentile points: ± {sizes}. In values the "
             f"worst case is the whole range, {readable(stat.bins.upper - stat.bins.lower)}")
