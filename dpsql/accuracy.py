@@ -218,8 +218,9 @@ def _predict(plan: Plan, o: Output, alpha: float) -> dict:
         entry["role"] = "key"
         entry["domain_size"] = None if key.domain is None else len(key.domain)
         entry["meaning"] = (
-            f"group key with a public domain ({len(key.domain):,} values): every value is "
-            "shown, even one without rows" if key.domain is not None else
+            f"group key with a public domain ({len(key.domain):,} values): its values are "
+            "released without a threshold, even those without rows" if key.domain is not None
+            else
             "group key from the data: a key is shown only if it clears partition "
             "selection (see below)")
         return entry

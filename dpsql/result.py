@@ -293,7 +293,7 @@ def _predicted(o: dict) -> str:
     if o["role"] == "key":
         size = o.get("domain_size")
         return ("exact; only keys that clear the threshold" if size is None
-                else f"exact; all {size:,} public values")
+                else f"exact; public domain of {size:,} values")
     if o["role"] == "exact":
         return "exact"
     if o["half_width"] is not None:

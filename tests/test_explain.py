@@ -130,7 +130,7 @@ def test_pinned_values(visits):
                          epsilon=0.5)
     assert pub.partition_selection is None and pub.cost == (0.5, 0.0)
     assert pub.outputs[0]["domain_size"] == 2 and pub.outputs[1]["half_width"] == 6.0
-    assert "exact; all 2 public values" in str(pub)
+    assert "exact; public domain of 2 values" in str(pub)
 
 
 @pytest.mark.parametrize("epsilon, delta, max_groups, threshold", [
