@@ -332,7 +332,7 @@ def _row_derived(node: exp.Expression, join: exp.Join | None,
     for item in inner.expressions:
         if isinstance(item, exp.Star) or (isinstance(item, exp.Column)
                                           and isinstance(item.this, exp.Star)):
-            if item.table and item.table.lower() != inner_alias:
+            if isinstance(item, exp.Column) and item.table.lower() != inner_alias:
                 raise UnsupportedQueryError(
                     f"derived table {alias!r} selects {item.table}.*, which is not its own "
                     f"FROM ({inner_alias!r})")
