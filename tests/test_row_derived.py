@@ -257,8 +257,8 @@ def test_not_row_level_is_left_to_the_per_user_rules():
 
 def test_written_out_size_is_bounded():
     """Each level doubles the previous one's expression: refused, fast, before any copy."""
-    sql = "SELECT SUM(a) FROM " + "(SELECT a + a AS a FROM " * 30 + "(SELECT age AS a FROM pums) d" \
-        + " ".join(f") d{i}" for i in range(30))
+    sql = ("SELECT SUM(a) FROM " + "(SELECT a + a AS a FROM " * 30
+           + "(SELECT age AS a FROM pums) d" + " ".join(f") d{i}" for i in range(30)))
     with pytest.raises(dpsql.UnsupportedQueryError, match="max_nodes"):
         _plan(sql)
 
