@@ -109,6 +109,21 @@ EQUIVALENT = [
     # ORDER BY a name that is both the output and the derived column, read alike
     ("SELECT sex, COUNT(*) AS n FROM (SELECT sex FROM pums) d GROUP BY sex ORDER BY sex",
      "SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex ORDER BY sex"),
+    # joins inside, first in FROM (SQLAlchemy: session.query(A).join(B).count())
+    ("SELECT count(*) FROM (SELECT a.pid, b.age FROM pums a JOIN pums_dup b "
+     "ON a.pid = b.pid WHERE a.sex = 1) AS anon_1",
+     "SELECT count(*) FROM pums a JOIN pums_dup b ON a.pid = b.pid WHERE a.sex = 1"),
+    ("SELECT AVG(d.age) FROM (SELECT b.* FROM pums a JOIN pums_dup b ON a.pid = b.pid) d "
+     "JOIN pums x ON x.pid = d.pid WHERE x.sex = 0",
+     "SELECT AVG(b.age) FROM pums a JOIN pums_dup b ON a.pid = b.pid JOIN pums x "
+     "ON x.pid = b.pid WHERE x.sex = 0"),
+    ("SELECT COUNT(*) FROM (SELECT a.pid FROM pums a, pums_dup b WHERE a.pid = b.pid "
+     "AND b.age > 40) d",
+     "SELECT COUNT(*) FROM pums a JOIN pums_dup b ON a.pid = b.pid WHERE b.age > 40"),
+    ("SELECT SUM(x) FROM (SELECT COALESCE(b.age, 0) AS x FROM pums a LEFT JOIN pums_dup b "
+     "ON a.pid = b.pid AND b.age > 50) d",
+     "SELECT SUM(COALESCE(b.age, 0)) FROM pums a LEFT JOIN pums_dup b ON a.pid = b.pid "
+     "AND b.age > 50"),
     # per-user derived tables keep working, over and under row-level ones
     ("SELECT AVG(n) FROM (SELECT pid, COUNT(*) AS n FROM (SELECT pid FROM pums_dup "
      "WHERE age > 30) x GROUP BY pid) y",
@@ -228,6 +243,27 @@ def test_order_by_an_output_name_that_is_also_a_derived_column_is_refused():
     with pytest.raises(dpsql.UnsupportedQueryError, match="both an output column"):
         _plan("SELECT sex AS age, COUNT(*) FROM (SELECT sex, age FROM pums) d "
               "GROUP BY sex ORDER BY age")
+
+
+def test_joins_inside_are_checked_and_their_names_stay_inside():
+    # the FROM analysis checks the inner join as if the analyst wrote it outside
+    with pytest.raises(dpsql.UnsupportedQueryError, match="without matching their users"):
+        _plan("SELECT COUNT(*) FROM (SELECT a.pid FROM pums a JOIN pums_dup b "
+              "ON a.age = b.age) d")
+    # the new names of the inner tables cannot be written outside
+    with pytest.raises(dpsql.UnknownTableError):
+        _plan("SELECT AVG(d_b.age) FROM (SELECT b.* FROM pums a JOIN pums_dup b "
+              "ON a.pid = b.pid) d")
+    with pytest.raises(dpsql.UnsupportedQueryError, match="already uses"):
+        _plan("SELECT COUNT(*) FROM (SELECT a.pid FROM pums a JOIN pums_dup b "
+              "ON a.pid = b.pid) d JOIN pums d_a ON d_a.pid = d.pid")
+    # joined in, (A JOIN B) is not A JOIN B: refused
+    with pytest.raises(dpsql.UnsupportedQueryError, match="first in FROM"):
+        _plan("SELECT COUNT(*) FROM pums x JOIN (SELECT b.pid FROM pums a JOIN pums_dup b "
+              "ON a.pid = b.pid) d ON x.pid = d.pid")
+    with pytest.raises(dpsql.UnknownColumnError, match="ambiguous"):
+        _plan("SELECT AVG(age) FROM (SELECT * FROM pums a JOIN pums_dup b "
+              "ON a.pid = b.pid) d")
 
 
 def test_a_correlated_derived_table_is_refused():

@@ -18,20 +18,26 @@ the query the analyst wrote. Nothing is borrowed by name: ``pid + 0 AS pid`` bec
 interval arithmetic gives ``age * 1000``; ``sex + 0 AS sex`` gets the domain the image
 of ``sex``'s domain under ``+ 0`` gives, like any expression. Equivalence holds because:
 
-* only a SELECT of one source (a catalog table, or a per-user derived table, with an
-  optional alias) with a select list and a WHERE is inlined: no aggregate, GROUP BY,
-  HAVING, DISTINCT, ORDER BY, LIMIT/OFFSET, window, join, set operation or nested WITH,
-  and no subquery except ``IN (SELECT ...)`` over public tables (checked later as
-  anywhere else). Filtering commutes with the outer query's joins: ``σ_w(A) ⋈ B =
+* only a SELECT with a select list, a FROM, INNER/LEFT/comma joins and a WHERE is
+  inlined: no aggregate, GROUP BY, HAVING, DISTINCT, ORDER BY, LIMIT/OFFSET, window, set
+  operation or nested WITH, and no subquery except ``IN (SELECT ...)`` over public
+  tables (checked later as anywhere else). Its sources are catalog tables or per-user
+  derived tables. Filtering commutes with the outer query's joins: ``σ_w(A) ⋈ B =
   σ_w(A ⋈ B)`` for an INNER join or the preserved side of a LEFT join, and ``B ⟕_θ
   σ_w(A) = B ⟕_{θ ∧ w} A`` for the side a LEFT JOIN brings in;
+* a derived table that joins several sources is inlined only first in FROM, where SQL's
+  left-to-right joins make ``(A ⋈ B) ⋈ X`` exactly ``A ⋈ B ⋈ X``; its sources are
+  renamed ``<alias>_<inner alias>`` (refused if the query uses that name), a name the
+  outer query cannot write (see below), and their joins are checked by the FROM
+  analysis like any the analyst wrote (users matched, keys unique in the database);
 * on the side a LEFT JOIN brings in, a derived column is NULL where nothing matched,
   but an expression over the table's NULL columns need not be (``COALESCE(x, 0)``,
   ``1``): there, only plain column references are inlined;
 * names bind as SQL binds them: every column inside refers to the inner table (a
   reference to the outer query is refused: correlated derived tables are not
   supported), every column outside that names the derived table refers to one of its
-  select-list names (the hidden columns of the inner table are not visible), and a name
+  select-list names (the hidden columns of the inner table are not visible, nor are the
+  inner aliases or the new ones: only the outer FROM's names qualify), and a name
   that the written-out tables would bind differently (the inner table's other columns
   shadowing an outer one, an ORDER BY/HAVING output alias that is also a derived
   column) is qualified or refused, never silently rebound;
@@ -71,7 +77,7 @@ from sqlglot import exp
 from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import bounds
 from dpsql.catalog import Catalog, Column, Table
-from dpsql.errors import UnknownColumnError, UnsupportedQueryError
+from dpsql.errors import UnknownColumnError, UnknownTableError, UnsupportedQueryError
 from dpsql.rewrite._sql import clamp, number
 from dpsql.validate import AGGREGATES
 
@@ -145,7 +151,7 @@ def _as_subquery(body: exp.Select, table: exp.Table) -> exp.Subquery:
 
 
 #: The clauses a row-level derived table may have: a select list, one source, a WHERE.
-_ROW_LEVEL_ARGS = frozenset({"expressions", "from_", "where"})
+_ROW_LEVEL_ARGS = frozenset({"expressions", "from_", "joins", "where"})
 
 
 @dataclasses.dataclass
@@ -155,8 +161,10 @@ class _RowDerived:
     alias: str  # its alias in the outer query (lower case)
     node: exp.Subquery  # where it stands in the outer FROM
     join: exp.Join | None  # the JOIN that brings it in (None in FROM)
-    source: exp.Expression  # what it reads, now aliased ``alias``
-    hidden: frozenset[str]  # every column of that source (visible after inlining)
+    source: exp.Expression  # what it reads first, now aliased ``alias``
+    joins: list[exp.Join]  # what it joins to it (only first in FROM), renamed
+    aliases: list[str]  # the new aliases of its sources
+    hidden: frozenset[str]  # every column of its sources (visible after inlining)
     #: select-list name -> projected expression (columns qualified ``alias``); None
     #: for a name selected twice
     columns: dict[str, exp.Expression | None]
@@ -206,6 +214,8 @@ def _inline(select: exp.Select, catalog: Catalog, max_nodes: int | None) -> None
     if from_ is None:
         return
     items = [(from_.this, None)] + [(j.this, j) for j in select.args.get("joins") or []]
+    if any((j.args.get("side") or "").upper() in ("RIGHT", "FULL") for _, j in items[1:]):
+        return  # a filter would not commute with them; refused by the FROM analysis
     for node, _ in items:  # innermost first
         if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
             _inline(node.this, catalog, max_nodes)
@@ -222,6 +232,14 @@ def _inline(select: exp.Select, catalog: Catalog, max_nodes: int | None) -> None
             visible.append(_visible(node, catalog))
     if not found:
         return
+    taken = [v[0] for v in visible if v[2] is None]
+    for info in found.values():
+        for fresh in info.aliases:
+            if fresh != info.alias and (fresh in taken or fresh in found):
+                raise UnsupportedQueryError(
+                    f"derived table {info.alias!r} joins tables inside, which are written out "
+                    f"as {fresh!r}, a name the query already uses; rename one")
+            taken.append(fresh)
     room = None
     if max_nodes is not None:
         room = max_nodes - sum(1 for _ in select.walk())
@@ -229,6 +247,8 @@ def _inline(select: exp.Select, catalog: Catalog, max_nodes: int | None) -> None
     extra = []
     for info in found.values():
         info.node.replace(info.source)
+        if info.joins:  # first in FROM: (A ⋈ B) ⋈ X is A ⋈ B ⋈ X, left to right
+            select.set("joins", [*info.joins, *(select.args.get("joins") or [])])
         if info.where is None:
             continue
         if info.left:  # B LEFT JOIN σ_w(A) ON θ  =  B LEFT JOIN A ON θ AND w
@@ -282,61 +302,81 @@ def _row_derived(node: exp.Expression, join: exp.Join | None,
                 return None
     left = False
     if join is not None:
-        side = (join.args.get("side") or "").upper()
-        kind = (join.args.get("kind") or "").upper()
-        if side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER") \
-                or join.args.get("using") or join.args.get("method"):
+        if not _plain_join(join):
             return None  # refused by the FROM analysis
-        left = side == "LEFT"
+        left = (join.args.get("side") or "").upper() == "LEFT"
         if left and join.args.get("on") is None:
             return None
-    source = inner.args["from_"].this
-    if isinstance(source, exp.Table):
-        if not isinstance(source.this, exp.Identifier) or any(
-                v for k, v in source.args.items() if k not in ("this", "alias")):
+    inner_joins = list(inner.args.get("joins") or [])
+    if not all(_plain_join(j) for j in inner_joins):
+        return None  # refused with its reason by derive()
+    # (inner alias, its columns in order, its new alias, what it is) per inner source
+    sources: list[tuple[str, list[str], str, str]] = []
+    for src in [inner.args["from_"].this, *(j.this for j in inner_joins)]:
+        if isinstance(src, exp.Table):
+            if not isinstance(src.this, exp.Identifier) or any(
+                    v for k, v in src.args.items() if k not in ("this", "alias")):
+                return None
+            name = src.name.lower()
+            if not catalog.has_table(name):
+                return None  # UnknownTableError from the FROM analysis of derive()
+            if src.args.get("alias") is not None and src.args["alias"].columns:
+                return None
+            order, inner_alias, what = list(catalog.table(name).columns), \
+                (src.alias or name).lower(), f"table {name!r}"
+        elif isinstance(src, exp.Subquery) and isinstance(src.this, exp.Select):
+            order, inner_alias = _select_names(src), (src.alias or "").lower()
+            what = f"derived table {inner_alias!r}"
+        else:
             return None
-        name = source.name.lower()
-        if not catalog.has_table(name):
-            return None  # UnknownTableError from the FROM analysis of derive()
-        if source.args.get("alias") is not None and source.args["alias"].columns:
-            return None
-        order = list(catalog.table(name).columns)
-        inner_alias = (source.alias or name).lower()
-        what = f"table {name!r}"
-    elif isinstance(source, exp.Subquery) and isinstance(source.this, exp.Select):
-        order = _select_names(source)
-        inner_alias = (source.alias or "").lower()
-        what = f"derived table {inner_alias!r}"
-    else:
-        return None
-    hidden = frozenset(order)
+        if any(inner_alias == x[0] for x in sources):
+            return None  # the same alias twice: refused by the FROM analysis of derive()
+        # one source takes the derived table's alias; several get "<alias>_<inner alias>"
+        fresh = alias if not inner_joins else f"{alias}_{inner_alias}"
+        sources.append((inner_alias, order, fresh, what))
+    if inner_joins and join is not None:
+        raise UnsupportedQueryError(
+            f"derived table {alias!r} joins tables inside and is itself joined: write it "
+            "first in FROM, or join its tables in the outer query")
+    by_alias = {x[0]: x for x in sources}
 
-    # names inside bind to the inner source only
+    # names inside bind to the inner sources only
     for col in list(inner.find_all(exp.Column)):
         if col.find_ancestor(exp.Select) is not inner or isinstance(col.this, exp.Star):
             continue  # an IN subquery's own, or a star expanded below
         name = col.name.lower()
-        if col.args.get("db") or col.args.get("catalog") or (
-                col.table and col.table.lower() != inner_alias):
-            raise UnsupportedQueryError(
-                f"derived table {alias!r} refers to {col.sql(dialect='duckdb')[:60]!r}, "
-                f"which is not a column of its own FROM ({inner_alias!r}): a derived table "
-                "may not read the outer query")
-        if name not in hidden:
-            raise UnknownColumnError(
-                f"unknown column {col.name!r} in derived table {alias!r}; {what} has: "
-                + ", ".join(order))
-        col.replace(exp.column(name, table=alias))
+        if col.table:
+            owner = by_alias.get(col.table.lower())
+            if owner is None or col.args.get("db") or col.args.get("catalog"):
+                raise UnsupportedQueryError(
+                    f"derived table {alias!r} refers to {col.sql(dialect='duckdb')[:60]!r}, "
+                    "which is not a column of its own FROM: a derived table may not read "
+                    "the outer query")
+            if name not in owner[1]:
+                raise UnknownColumnError(
+                    f"unknown column {col.name!r} in derived table {alias!r}; {owner[3]} "
+                    "has: " + ", ".join(owner[1]))
+        else:
+            owners = [x for x in sources if name in x[1]]
+            if len(owners) != 1:
+                raise UnknownColumnError(
+                    f"{'ambiguous' if owners else 'unknown'} column {col.name!r} in derived "
+                    f"table {alias!r}" + (": qualify it" if owners else ""))
+            owner = owners[0]
+        col.replace(exp.column(name, table=owner[2]))
 
     projected: list[tuple[str | None, exp.Expression]] = []
     for item in inner.expressions:
         if isinstance(item, exp.Star) or (isinstance(item, exp.Column)
                                           and isinstance(item.this, exp.Star)):
-            if isinstance(item, exp.Column) and item.table.lower() != inner_alias:
-                raise UnsupportedQueryError(
-                    f"derived table {alias!r} selects {item.table}.*, which is not its own "
-                    f"FROM ({inner_alias!r})")
-            projected.extend((n, exp.column(n, table=alias)) for n in order)
+            chosen = sources
+            if isinstance(item, exp.Column):
+                chosen = [x for x in sources if x[0] == item.table.lower()]
+                if not chosen:
+                    raise UnsupportedQueryError(
+                        f"derived table {alias!r} selects {item.table}.*, which is not in "
+                        "its own FROM")
+            projected.extend((n, exp.column(n, table=x[2])) for x in chosen for n in x[1])
         elif isinstance(item, exp.Alias):
             projected.append((item.alias.lower(), item.this))
         elif isinstance(item, exp.Column):
@@ -354,13 +394,33 @@ def _row_derived(node: exp.Expression, join: exp.Join | None,
     for name, expression in projected:
         if name is not None:
             columns[name] = None if name in columns else expression
-    moved = source.copy()
-    old = source.args.get("alias")
-    moved.set("alias", exp.TableAlias(
-        this=exp.to_identifier(alias),
-        columns=[c.copy() for c in old.columns] if old is not None and old.columns else None))
-    return _RowDerived(alias, node, join, moved, hidden, columns,
+
+    def moved(src: exp.Expression, fresh: str) -> exp.Expression:
+        out = src.copy()
+        old = src.args.get("alias")
+        out.set("alias", exp.TableAlias(
+            this=exp.to_identifier(fresh),
+            columns=[c.copy() for c in old.columns] if old is not None and old.columns
+            else None))
+        return out
+
+    first = moved(inner.args["from_"].this, sources[0][2])
+    joins = []
+    for j, x in zip(inner_joins, sources[1:], strict=True):
+        j = j.copy()  # its ON was requalified above
+        j.set("this", moved(j.this, x[2]))
+        joins.append(j)
+    return _RowDerived(alias, node, join, first, joins, [x[2] for x in sources],
+                       frozenset(n for x in sources for n in x[1]), columns,
                        where.this if where else None, left)
+
+
+def _plain_join(join: exp.Join) -> bool:
+    """An INNER, LEFT or comma join (the others are refused by the FROM analysis)."""
+    side = (join.args.get("side") or "").upper()
+    kind = (join.args.get("kind") or "").upper()
+    return side in ("", "LEFT") and kind in ("", "INNER", "OUTER") and not (
+        join.args.get("using") or join.args.get("method"))
 
 
 def _rebind(select: exp.Select, visible, found: dict[str, _RowDerived],
@@ -383,6 +443,9 @@ def _rebind(select: exp.Select, visible, found: dict[str, _RowDerived],
             info = found.get(col.table.lower())
             if info is not None and not (col.args.get("db") or col.args.get("catalog")):
                 room = _substitute(col, info, name, select, room, max_nodes)
+            elif all(v[0] != col.table.lower() for v in visible):
+                # e.g. a derived table's inner alias: not a name of this FROM
+                raise UnknownTableError(f"table or alias {col.table!r} is not in FROM")
             continue
         owners = [v for v in visible if name in v[1]]
         # inner tables' columns the derived tables do not select: visible once written out
@@ -395,9 +458,9 @@ def _rebind(select: exp.Select, visible, found: dict[str, _RowDerived],
                 continue
             if alias_ref:
                 raise UnsupportedQueryError(
-                    f"{name!r} names an output column and also a column of table the "
-                    f"derived table {shadowed[0].alias!r} reads but does not select; "
-                    "rename the output column")
+                    f"{name!r} names an output column and also a column that derived "
+                    f"table {shadowed[0].alias!r} reads but does not select; rename the "
+                    "output column")
             raise UnknownColumnError(
                 f"unknown column {col.name!r}: derived table {shadowed[0].alias!r} does not "
                 "select it; its columns are: " + ", ".join(shadowed[0].columns))
