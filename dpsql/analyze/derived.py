@@ -79,7 +79,7 @@ from dpsql.analyze.bounds import bounds
 from dpsql.catalog import Catalog, Column, Table
 from dpsql.errors import UnknownColumnError, UnknownTableError, UnsupportedQueryError
 from dpsql.rewrite._sql import clamp, number
-from dpsql.validate import AGGREGATES
+from dpsql.validate import AGGREGATES, SAFE_NAME
 
 _ALLOWED_AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
 
@@ -333,6 +333,10 @@ def _row_derived(node: exp.Expression, join: exp.Join | None,
             return None  # the same alias twice: refused by the FROM analysis of derive()
         # one source takes the derived table's alias; several get "<alias>_<inner alias>"
         fresh = alias if not inner_joins else f"{alias}_{inner_alias}"
+        if not SAFE_NAME.fullmatch(fresh):
+            raise UnsupportedQueryError(
+                f"derived table {alias[:40]!r} joins tables inside, which are written out as "
+                "<alias>_<inner alias>; that name is over 128 characters: shorten them")
         sources.append((inner_alias, order, fresh, what))
     if inner_joins and join is not None:
         raise UnsupportedQueryError(
