@@ -224,14 +224,17 @@ def _inline(select: exp.Select, catalog: Catalog, max_nodes: int | None) -> None
     for node, join in items:
         info = _row_derived(node, join, catalog)
         if info is not None:
-            if info.alias in found:  # the same alias twice: refused by the FROM analysis
-                return
             found[info.alias] = info
             visible.append((info.alias, set(info.columns), info))
         else:
             visible.append(_visible(node, catalog))
     if not found:
         return
+    seen: set[str] = set()
+    for alias, _, _ in visible:
+        if alias in seen:
+            raise UnsupportedQueryError(f"table alias {alias!r} is used twice; rename one")
+        seen.add(alias)
     taken = [v[0] for v in visible if v[2] is None]
     for info in found.values():
         for fresh in info.aliases:
