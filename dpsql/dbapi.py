@@ -546,7 +546,7 @@ class Cursor:
             sql, options = lift_dp_options(operation)
         sql = bind_parameters(sql, parameters)
         epsilon = options.get("epsilon", self.epsilon)
-        if epsilon is None:
+        if epsilon is None and not self._probe(sql, conn):
             raise error_class(_errors.PrivacyParameterError)(
                 "no epsilon for this query: set cursor.epsilon, connect(epsilon=...), or "
                 "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = ...)"
@@ -565,6 +565,14 @@ class Cursor:
         self.cost = result.cost
         self.description = self._describe(sql, result, conn.catalog)
         return self
+
+    @staticmethod
+    def _probe(sql: str, conn: _DpsqlConnection) -> bool:
+        """A query that provably returns no rows needs no epsilon (see :mod:`dpsql.probe`)."""
+        from dpsql.probe import schema_probe
+
+        with _translating():
+            return schema_probe(sql, conn.catalog) is not None
 
     def executemany(self, operation: str, seq_of_parameters: Any) -> None:
         """Refused: each parameter set would be a separate private query with its own cost.

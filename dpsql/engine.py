@@ -24,6 +24,7 @@ from typing import Any
 
 import duckdb
 
+from dpsql.accounting import Cost
 from dpsql.accuracy import predict_outputs, selection_note, selection_summary, statistic_feeds
 from dpsql.analyze import Plan, analyze
 from dpsql.backends import Backend, open_backend
@@ -256,6 +257,9 @@ class Connection:
         text = sql if isinstance(sql, str) else repr(sql)
         try:
             alpha = self._check_alpha(alpha)
+            probe = self._schema_probe(sql, text, alpha)
+            if probe is not None:
+                return probe
             sql, epsilon, delta, max_groups, max_rows = _options(
                 sql, epsilon, delta, max_groups, max_rows, self._catalog.limits)
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
@@ -465,6 +469,25 @@ class Connection:
                          if k.domain and isinstance(k.domain[0], float)]
         return expression, functools.partial(read_keys, nk=len(plan.keys), text=text_keys,
                                              floats=domain_floats, doubles=double_keys)
+
+    def _schema_probe(self, sql, text: str, alpha: float) -> Result | None:
+        """A query that provably returns no rows, answered from the catalog for free.
+
+        See :mod:`dpsql.probe`: nothing runs on the data; the ledger logs it as
+        answered at zero cost.
+        """
+        from dpsql.probe import schema_probe
+
+        columns = schema_probe(sql, self._catalog)
+        if columns is None:
+            return None
+        charge = self._ledger.charge(self._dataset, self._analyst, Cost(0.0, 0.0), text,
+                                     self._cap)
+        self._ledger.finish(charge, "answered", "no rows: answered from the catalog")
+        return Result(columns=[name for name, _ in columns], rows=[], accuracy=[],
+                      cost=(0.0, 0.0), sql="", alpha=alpha, notes=(
+                          "the query returns no rows whatever the data: answered from "
+                          "the catalog, nothing was run or spent",))
 
     def _check_alpha(self, alpha: float | None) -> float:
         if alpha is None:

@@ -268,7 +268,8 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
             node.this, exp.PercentileCont | exp.PercentileDisc):
         raise UnsupportedQueryError(
             "WITHIN GROUP is supported only with PERCENTILE_CONT and PERCENTILE_DISC")
-    if isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count):
+    if isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count) \
+            and not _derived_star(node, root):
         raise UnsupportedQueryError(
             "SELECT * would release raw rows: select aggregates such as COUNT(*)"
         )
@@ -291,6 +292,21 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
                 raise UnsupportedQueryError(message)
         if not node.args.get("from_"):
             raise UnsupportedQueryError("SELECT without FROM reads no table; name a catalog table")
+
+
+def _derived_star(node: exp.Star, root: exp.Select) -> bool:
+    """``*`` or ``t.*`` in the select list of a derived table or CTE: it names columns.
+
+    The rows it selects stay inside the query; a row-level derived table is written out
+    (:func:`dpsql.analyze.derived.inline_row_derived`), any other must aggregate.
+    """
+    item = node.parent if isinstance(node.parent, exp.Column) else node
+    select = item.parent
+    return (isinstance(select, exp.Select) and select is not root
+            and item.arg_key == "expressions"
+            and (isinstance(select.parent, exp.CTE) or (
+                isinstance(select.parent, exp.Subquery)
+                and isinstance(select.parent.parent, exp.From | exp.Join))))
 
 
 _SELECT_PARTS = {

@@ -24,7 +24,7 @@ from sqlglot import exp
 
 from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import MAX_MAGNITUDE, Interval, bounds
-from dpsql.analyze.derived import inline_ctes
+from dpsql.analyze.derived import inline_ctes, inline_row_derived
 from dpsql.analyze.determined import determined_columns, key_is_determined
 from dpsql.analyze.domains import check_value_lengths, domain
 from dpsql.analyze.plan import Cell, GroupKey, Output, Plan, Statistic
@@ -96,6 +96,8 @@ def analyze(
     if mechanism == "gaussian" and delta <= 0:
         raise PrivacyParameterError("gaussian noise needs delta > 0 (e.g. delta=1e-6)")
     select = inline_ctes(select, catalog.limits.max_nodes).transform(_within_group)
+    # derived tables that only filter and project rows: the same rows, written out
+    select = inline_row_derived(select, catalog, catalog.limits.max_nodes)
     select = _check_in_subqueries(select, catalog)
     scope, select = build_scope(select, catalog, unique)
     table = scope.primary

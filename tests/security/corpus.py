@@ -187,7 +187,10 @@ COMPOSITION = [
     R("SELECT COUNT(*) FROM (SELECT * FROM pums)", U, SUBQ),
     R("SELECT COUNT(*) FROM (SELECT * FROM pums LIMIT 1) AS t", U, SUBQ),
     R("SELECT COUNT(*) FROM (SELECT * FROM pums ORDER BY income DESC LIMIT 1)", U, SUBQ),
-    R("SELECT COUNT(*) FROM (SELECT pid, age FROM pums) t", U, "user key"),
+    # a row-level derived table is written out: an expression named like the user key
+    # is not the user key
+    R("SELECT COUNT(*) FROM (SELECT pid % 2 AS pid FROM pums_dup) t JOIN pums p "
+      "ON p.pid = t.pid", U, "user key"),
     R("SELECT COUNT(*) FROM (SELECT age FROM pums LIMIT 1) t", U, "LIMIT"),
     R("SELECT COUNT(*) FROM (SELECT pid, COUNT(*) AS c FROM pums GROUP BY pid LIMIT 5) t", U,
       "LIMIT"),
@@ -221,9 +224,9 @@ COMPOSITION = [
     R("SELECT COUNT(*) FROM pums WHERE EXISTS (SELECT 1 FROM pums WHERE pid = 7)", U,
       ("EXISTS", "scalar")),
     R("SELECT SUM((SELECT 1)) FROM pums", U, SUBQ),
-    R("WITH t AS (SELECT * FROM pums) SELECT COUNT(*) FROM t", U, ("WITH", "SELECT *")),
-    R("WITH t AS (SELECT pid, age FROM pums WHERE pid = 7) SELECT COUNT(*) FROM t", U,
-      ("WITH", "user key")),
+    R("WITH t AS (SELECT * FROM pums) SELECT * FROM t", U, ("WITH", "SELECT *")),
+    R("WITH t AS (SELECT pid, age FROM pums WHERE pid = 7) SELECT age FROM t", U,
+      ("WITH", "GROUP BY")),
     R("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT COUNT(*) FROM pums",
       U, ("WITH", "UNION", "RECURSIVE")),
     R("SELECT COUNT(*) FROM pums UNION SELECT COUNT(*) FROM pums", U, "UNION"),
@@ -783,6 +786,11 @@ SAFE = [
     S('SELECT COUNT(*) FROM "PUMS"'),
     S("SELECT COUNT(*) FROM pums AS information_schema"),
     S("SELECT COUNT(*) FROM pums AS p WHERE pums.age > 1"),
+    # row-level derived tables and CTEs: the same rows, written out, bounded per user
+    S("SELECT COUNT(*) FROM (SELECT pid, age FROM pums) t"),
+    S("WITH t AS (SELECT * FROM pums) SELECT COUNT(*) FROM t"),
+    S("WITH t AS (SELECT pid, age FROM pums WHERE pid = 7) SELECT COUNT(*) FROM t"),
+    S("WITH pums AS (SELECT pid, age * 1e300 AS age FROM pums) SELECT SUM(age) FROM pums"),
     # joins on the user key, derived tables grouped by the user key: bounded per user
     S("SELECT COUNT(*) FROM pums AS a, pums AS b WHERE a.pid = b.pid"),
     S("SELECT COUNT(*) FROM pums JOIN pums_dup ON pums.pid = pums_dup.pid"),
