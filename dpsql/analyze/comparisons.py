@@ -17,10 +17,11 @@ The check reads the catalog and the query only, never data.
 >>> from dpsql.analyze.scope import build_scope
 >>> from dpsql.datasets import pums_catalog
 >>> q = parse_one("SELECT COUNT(*) FROM pums WHERE sex = 'M'")
->>> check_comparisons(q, build_scope(q, pums_catalog())[0])
-Traceback (most recent call last):
-...
-dpsql.errors.AnalysisError: sex = 'M' compares column 'sex' (int) with the text 'M', which is not a number: it can never be true; compare it with a number (e.g. sex = 1)
+>>> try:
+...     check_comparisons(q, build_scope(q, pums_catalog())[0])
+... except AnalysisError as exc:
+...     print(str(exc)[:70])
+sex = 'M' compares column 'sex' (int) with the text 'M', which is not a
 """
 
 from __future__ import annotations
