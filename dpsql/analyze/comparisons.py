@@ -20,8 +20,8 @@ The check reads the catalog and the query only, never data.
 >>> try:
 ...     check_comparisons(q, build_scope(q, pums_catalog())[0])
 ... except AnalysisError as exc:
-...     print(str(exc)[:70])
-sex = 'M' compares column 'sex' (int) with the text 'M', which is not a
+...     print(str(exc)[:69])
+sex = 'M' compares column 'sex' (int) with the text 'M', which is not
 """
 
 from __future__ import annotations
