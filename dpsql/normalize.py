@@ -69,6 +69,21 @@ def _own(node: exp.Expression, select: exp.Select) -> bool:
     return node.find_ancestor(exp.Select) is select
 
 
+def _keep_names(select: exp.Select, rewritten: Callable[[exp.Expression], bool]) -> None:
+    """Names each unnamed output the pass will rewrite by what the analyst wrote.
+
+    An output without an alias is named by its SQL text; a rewrite would otherwise
+    rename it (``VAR(age)`` would come back as ``VARIANCE(age)``). Output names never
+    reach a backend; names longer than an identifier stay unnamed.
+    """
+    for item in select.expressions:
+        if not isinstance(item, exp.Alias | exp.Column) and any(
+                rewritten(n) for n in item.walk()):
+            name = item.sql(dialect="duckdb")
+            if len(name) <= 128:
+                item.replace(exp.alias_(item.copy(), name, quoted=True))
+
+
 # -- schema-qualified table names --------------------------------------------------------
 
 
@@ -315,7 +330,9 @@ def aggregate_filter(expression: exp.Expression, catalog: Catalog) -> exp.Expres
             agg.set("this", only_when(arg))
         return agg
 
-    return expression.copy().transform(rewrite)
+    expression = expression.copy()
+    _keep_names(expression, lambda n: isinstance(n, exp.Filter))
+    return expression.transform(rewrite)
 
 
 # -- VAR / STD spellings ----------------------------------------------------------------
@@ -353,9 +370,13 @@ def aggregate_spellings(expression: exp.Expression, catalog: Catalog) -> exp.Exp
                 return target(this=node.expressions[0].copy())
         return node
 
-    if not any(isinstance(n, exp.Anonymous) for n in expression.find_all(exp.Anonymous)):
+    if not any(isinstance(n.this, str) and n.this.upper() in SPELLINGS
+               for n in expression.find_all(exp.Anonymous)):
         return expression
-    return expression.copy().transform(rewrite)
+    expression = expression.copy()
+    _keep_names(expression, lambda n: isinstance(n, exp.Anonymous) and isinstance(
+        n.this, str) and n.this.upper() in SPELLINGS)
+    return expression.transform(rewrite)
 
 
 #: The passes in the order they run.

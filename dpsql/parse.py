@@ -43,9 +43,7 @@ def parse(sql: str, max_length: int = MAX_SQL_LENGTH) -> exp.Expression:
             f"SQL text is {len(sql)} characters; the limit is {max_length} (max_sql_length)"
         )
     try:
-        dialect = Dialect.get_or_raise(READ_DIALECT)
-        tokens, top = _lift_top(dialect.tokenize(sql))
-        statements = [s for s in dialect.parser().parse(tokens, sql) if s is not None]
+        statements = parse_statements(sql, READ_DIALECT)
     except sqlglot.errors.ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
         desc = first.get("description", str(exc)).split(" <Token")[0]
@@ -62,10 +60,22 @@ def parse(sql: str, max_length: int = MAX_SQL_LENGTH) -> exp.Expression:
         raise UnsupportedQueryError(
             "several statements in one string; send one SELECT per call"
         )
-    statement = statements[0]
-    if top is not None:
-        _apply_top(statement, top)
-    return statement
+    return statements[0]
+
+
+def parse_statements(sql: str, dialect: str | type[Dialect] = READ_DIALECT) -> list[exp.Expression]:
+    """The statements of ``sql`` in ``dialect``, with T-SQL's ``TOP n`` read as ``LIMIT n``.
+
+    Raises:
+        sqlglot's ParseError and TokenError, as :func:`sqlglot.parse` does;
+        UnsupportedQueryError: a TOP that is not a plain row count.
+    """
+    dialect = Dialect.get_or_raise(dialect)
+    tokens, top = _lift_top(dialect.tokenize(sql))
+    statements = [s for s in dialect.parser().parse(tokens, sql) if s is not None]
+    if top is not None and statements:
+        _apply_top(statements[0], top)
+    return statements
 
 
 def _lift_top(tokens: list[Token]) -> tuple[list[Token], Token | None]:
