@@ -395,14 +395,25 @@ class _Analysis:
                   aliases: _OutputNames | None = None) -> exp.Expression:
         """Replaces aggregates by cell columns and group keys by key columns.
 
-        Names follow DuckDB's binder (post-processing runs there): top-down, an
-        expression equal to a group key is that key, so an input column that is a group
-        key stays the input column even where an output has its name; in HAVING, any
-        other column whose name is an output name is that output (``HAVING income >
-        ...`` with ``SUM(income) AS income``). In ORDER BY only a bare name prefers the
-        output (handled by the caller); nested in an expression the input column wins,
-        and an ungrouped one is refused, as DuckDB refuses it.
+        Names follow DuckDB's binder (post-processing runs there; the cases are tested
+        against DuckDB's own answers in ``tests/test_sqlnorm.py``). In HAVING, a column
+        whose name is also an output name is that output (``HAVING income > ...`` with
+        ``SUM(income) AS income``) unless the column by itself is a group key: this is
+        decided column by column, before expressions are matched to group keys (with
+        ``SUM(age) AS age ... GROUP BY age // 10``, DuckDB reads ``HAVING age // 10 >
+        3`` as ``SUM(age) // 10 > 3``). Then, top-down, an expression equal to a group
+        key is that key. In ORDER BY only a bare name prefers the output (handled by
+        the caller); nested in an expression the input column wins, and an ungrouped
+        one is refused, as DuckDB refuses it.
         """
+        e = e.copy()
+        if where == "HAVING" and aliases is not None:
+            for col in list(e.find_all(exp.Column)):
+                name = col.meta.get(SHADOWS)
+                if name is not None and not any(col == k.expr for k in keys):
+                    output = aliases.get(name, where)
+                    e = output if col is e else e
+                    col.replace(output)
 
         def replace(node: exp.Expression) -> exp.Expression:
             if isinstance(node, AGGREGATES):
@@ -413,11 +424,9 @@ class _Analysis:
             if isinstance(node, exp.Column) and aliases is not None:
                 if node.name.startswith("__alias:"):
                     return aliases.get(node.name.removeprefix("__alias:"), where)
-                if where == "HAVING" and node.meta.get(SHADOWS) is not None:
-                    return aliases.get(node.meta[SHADOWS], where)
             return node
 
-        out = e.copy().transform(replace)
+        out = e.transform(replace)
         for col in out.find_all(exp.Column):
             if not col.name.startswith(("__k", "__a")):
                 name = col.name.removeprefix("__alias:")
