@@ -421,9 +421,9 @@ class _Analysis:
             for k in keys:
                 if node == k.expr:
                     return exp.column(k.name)
-            if isinstance(node, exp.Column) and aliases is not None:
-                if node.name.startswith("__alias:"):
-                    return aliases.get(node.name.removeprefix("__alias:"), where)
+            if (isinstance(node, exp.Column) and aliases is not None
+                    and node.name.startswith("__alias:")):
+                return aliases.get(node.name.removeprefix("__alias:"), where)
             return node
 
         out = e.transform(replace)
