@@ -9,8 +9,9 @@ empty groups, so it is refused before the charge, naming the column and both typ
 
 Only what can never match is refused: a number column against a text that is not a
 number, a boolean column against a text that is no truth value, a date or timestamp
-column against a text without a digit (or a number), and a text column against a
-number. ``age = '30'`` is left alone: every backend reads that text as the number 30.
+column against a number or a text without a digit. ``age = '30'`` is left alone: every
+backend reads that text as the number 30; so is a text column against a number (DuckDB
+and SQLite compare ``'1'`` and ``1`` as equal).
 The check reads the catalog and the query only, never data.
 
 >>> from sqlglot import parse_one
@@ -87,8 +88,8 @@ def _catalog_column(side: exp.Expression, scope: Scope) -> Column | None:
 
 def _can_match(column: Column, literal: exp.Literal) -> bool:
     text = literal.this
-    if not literal.is_string:  # a number
-        return column.type in ("int", "float", "bool")
+    if not literal.is_string:  # a number: a text column may hold its digits
+        return column.type not in ("date", "timestamp")
     if column.type in ("int", "float"):
         return bool(_NUMBER.fullmatch(text)) or (
             column.type == "float" and text.strip().lower() in _FLOAT_WORDS)
