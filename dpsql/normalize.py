@@ -157,15 +157,17 @@ def join_using(expression: exp.Expression, catalog: Catalog) -> exp.Expression:
     if not any(j.args.get("using") for j in expression.find_all(exp.Join)):
         return expression
     expression = expression.copy()
+    ctes = {cte.alias.lower(): cte.this for w in expression.find_all(exp.With)
+            for cte in w.expressions if isinstance(cte.this, exp.Select)}
     for select in _selects(expression):
         joins = select.args.get("joins") or []
         if not any(j.args.get("using") for j in joins):
             continue
         from_ = select.args.get("from_")
-        sources = [_columns_of(from_.this, catalog)]
+        sources = [_columns_of(from_.this, catalog, ctes)]
         merged: dict[str, str] = {}
         for join in joins:
-            right = _columns_of(join.this, catalog)
+            right = _columns_of(join.this, catalog, ctes)
             using = join.args.get("using")
             if using:
                 side = (join.args.get("side") or "").upper()
@@ -212,26 +214,34 @@ def join_using(expression: exp.Expression, catalog: Catalog) -> exp.Expression:
     return expression
 
 
-def _columns_of(node: exp.Expression, catalog: Catalog) -> tuple[str, set[str]]:
+def _columns_of(node: exp.Expression, catalog: Catalog,
+                ctes: dict[str, exp.Select]) -> tuple[str, set[str]]:
     """The alias a FROM item is known by and the names of its columns."""
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
         name = node.name.lower()
+        alias = (node.alias or name).lower()
+        if name in ctes:  # a WITH table shadows a catalog table of the same name
+            return alias, _output_names(ctes[name], name)
         if not catalog.has_table(name):
             raise UnknownTableError(
                 f"unknown table {name!r}; the catalog has: {', '.join(sorted(catalog.tables))}")
-        return (node.alias or name).lower(), set(catalog.table(name).columns)
+        return alias, set(catalog.table(name).columns)
     if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select) and node.alias:
-        names = set()
-        for item in node.this.expressions:
-            if not isinstance(item, exp.Alias | exp.Column) or isinstance(
-                    item, exp.Column) and isinstance(item.this, exp.Star):
-                raise UnsupportedQueryError(
-                    f"JOIN ... USING next to derived table {node.alias!r}: name each of "
-                    "its output columns (col or expr AS name)")
-            names.add((item.alias if isinstance(item, exp.Alias) else item.name).lower())
-        return node.alias.lower(), names
+        return node.alias.lower(), _output_names(node.this, node.alias)
     raise UnsupportedQueryError(
         "JOIN ... USING is supported between catalog tables and named derived tables")
+
+
+def _output_names(select: exp.Select, name: str) -> set[str]:
+    names = set()
+    for item in select.expressions:
+        if not isinstance(item, exp.Alias | exp.Column) or isinstance(
+                item, exp.Column) and isinstance(item.this, exp.Star):
+            raise UnsupportedQueryError(
+                f"JOIN ... USING next to derived table {name!r}: name each of its output "
+                "columns (col or expr AS name)")
+        names.add((item.alias if isinstance(item, exp.Alias) else item.name).lower())
+    return names
 
 
 # -- GROUP BY ALL -----------------------------------------------------------------------
