@@ -111,7 +111,8 @@ def qualified_names(expression: exp.Expression, catalog: Catalog) -> exp.Express
     for table in expression.find_all(exp.Table):
         if table.args.get("catalog") is not None:
             raise UnsupportedQueryError(
-                f"table name {table.sql(dialect='duckdb')[:80]!r} has three parts; name a "
+                f"qualified table name {table.sql(dialect='duckdb')[:80]!r} has three "
+                f"parts; name a "
                 f"catalog table, or qualify it with the data set only ({dataset}.table)")
         db = table.args.get("db")
         if db is None:
