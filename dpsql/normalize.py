@@ -22,9 +22,9 @@ The passes, in order (:data:`PASSES`):
 
 >>> from dpsql.parse import parse
 >>> from dpsql.datasets import pums_catalog
->>> normalize(parse("SELECT sex, COUNT(*) FILTER (WHERE age > 60) FROM pums GROUP BY ALL"),
+>>> normalize(parse("SELECT sex, COUNT(*) FILTER (WHERE age > 60) AS n FROM pums GROUP BY ALL"),
 ...           pums_catalog()).sql()
-'SELECT sex, COUNT(CASE WHEN age > 60 THEN 1 END) FROM pums GROUP BY 1'
+'SELECT sex, COUNT(CASE WHEN age > 60 THEN 1 END) AS n FROM pums GROUP BY 1'
 """
 
 from __future__ import annotations
