@@ -79,7 +79,7 @@ def _keep_names(select: exp.Select, rewritten: Callable[[exp.Expression], bool])
     for item in select.expressions:
         if not isinstance(item, exp.Alias | exp.Column) and any(
                 rewritten(n) for n in item.walk()):
-            name = item.sql(dialect="duckdb")
+            name = item.sql(dialect="duckdb", comments=False)
             if len(name) <= 128:
                 item.replace(exp.alias_(item.copy(), name, quoted=True))
 

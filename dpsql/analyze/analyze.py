@@ -60,7 +60,7 @@ _INTERVAL_FUNCS = (exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.R
 
 #: ``meta`` key of an input column in HAVING or ORDER BY whose name is also an output
 #: name: which of the two SQL means is decided once the group keys are known
-#: (:func:`_resolve_shadowed`).
+#: (:meth:`_Analysis.post_expr` and the ORDER BY loop of :func:`analyze`).
 SHADOWS = "dpsql_shadows_output"
 
 
