@@ -279,8 +279,8 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
             or node.find_ancestor(*AGGREGATES) is not None
             or node.find_ancestor(exp.Where, exp.Group, exp.Join) is not None):
         raise UnsupportedQueryError(
-            f"{node.sql_name()}() is supported only over aggregates and group keys in the "
-            "outer SELECT, HAVING and ORDER BY (e.g. POWER(AVG(x), 2))")
+            f"{node.sql_name()}() is not supported here: only over aggregates and group "
+            "keys in the outer SELECT, HAVING and ORDER BY (e.g. POWER(AVG(x), 2))")
     if isinstance(node, exp.WithinGroup) and not isinstance(
             node.this, exp.PercentileCont | exp.PercentileDisc):
         raise UnsupportedQueryError(
