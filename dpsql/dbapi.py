@@ -73,6 +73,7 @@ from dpsql.bigquery_options import lift_dp_options
 from dpsql.catalog import Catalog
 from dpsql.engine import Connection as _DpsqlConnection
 from dpsql.parse import parse as _parse
+from dpsql.parse import parse_statements
 from dpsql.result import Result
 
 #: PEP 249: the DB-API level supported.
@@ -279,6 +280,20 @@ class _QmarkDuckDB(DuckDB):
                 lambda self: self.expression(exp.Placeholder()).update_positions(self._prev),
         }
 
+    class Generator(DuckDB.Generator):
+        def withingroup_sql(self, expression: exp.WithinGroup) -> str:
+            # DuckDB's generator writes PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY x) as
+            # QUANTILE_CONT(x, q ORDER BY x), which dpsql does not read back: keep the
+            # standard spelling the analyst wrote
+            func = expression.this
+            if isinstance(func, exp.PercentileCont | exp.PercentileDisc) and not func.args.get(
+                    "expression"):
+                name = "PERCENTILE_CONT" if isinstance(func, exp.PercentileCont) else \
+                    "PERCENTILE_DISC"
+                order = self.sql(expression, "expression").lstrip()
+                return f"{name}({self.sql(func, 'this')}) WITHIN GROUP ({order})"
+            return super().withingroup_sql(expression)
+
 
 def _literal(value: Any, position: int) -> exp.Expression:
     if value is None or isinstance(value, bool | str | datetime.date | datetime.time):
@@ -326,7 +341,7 @@ def bind_parameters(sql: str, parameters: Sequence[Any] | None) -> str:
     with _translating():
         _parse(sql)  # length, syntax and one statement, checked with dpsql's messages
     try:
-        tree = sqlglot.parse_one(sql, read=_QmarkDuckDB)
+        tree = parse_statements(sql, _QmarkDuckDB)[0]
     except sqlglot.errors.SqlglotError as exc:
         raise ProgrammingError(f"cannot parse SQL: {str(exc).splitlines()[0][:200]}") from None
     holders = list(tree.find_all(exp.Placeholder, exp.Parameter))
@@ -347,7 +362,7 @@ def bind_parameters(sql: str, parameters: Sequence[Any] | None) -> str:
     holders.sort(key=lambda h: h.meta["start"])
     for position, (holder, value) in enumerate(zip(holders, parameters, strict=True), 1):
         holder.replace(_literal(value, position))
-    return tree.sql(dialect="duckdb")
+    return tree.sql(dialect=_QmarkDuckDB)
 
 
 # -- connection -----------------------------------------------------------------------

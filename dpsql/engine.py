@@ -49,6 +49,7 @@ from dpsql.keys import (
 )
 from dpsql.ledger import ALL, BudgetView, Ledger
 from dpsql.noise import add_noise
+from dpsql.normalize import normalize
 from dpsql.parse import parse
 from dpsql.postprocess import check_postprocess, postprocess, stat_half_width
 from dpsql.result import Explanation, Result
@@ -506,7 +507,8 @@ class Connection:
             backend.catalog_names = frozenset(
                 [*cat.tables, *(c for t in cat.tables.values() for c in t.columns)])
         limits = self._catalog.limits
-        select = validate(parse(sql, limits.max_sql_length), limits)
+        select = validate(normalize(parse(sql, limits.max_sql_length), self._catalog, limits),
+                          limits)
         plan = analyze(select, self._catalog, epsilon, delta, max_groups, max_rows,
                        mechanism=mechanism or self._mechanism,
                        unique=lambda t, c: self._catalog.has_table(t)
@@ -646,7 +648,9 @@ def _demo_plan(sql: str, epsilon: float = 1.0, delta: float = 1e-6, seed: int = 
     """Plan of a query over the bundled PUMS catalogs (doctests and fixtures)."""
     from dpsql.datasets import pums_catalog
 
-    return analyze(validate(parse(sql)), pums_catalog(), epsilon, delta, seed=seed, **bounds)
+    catalog = pums_catalog()
+    return analyze(validate(normalize(parse(sql), catalog)), catalog, epsilon, delta, seed=seed,
+                   **bounds)
 
 
 __all__ = ["Connection", "connect"]
