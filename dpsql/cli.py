@@ -1,7 +1,8 @@
 """The ``dpsql`` command line.
 
 Exit codes: 0 success; 1 a query or catalog was refused (a :class:`DpsqlError`);
-2 bad command-line usage.
+2 bad command-line usage; 130 a query cancelled with Ctrl-C (one line, no traceback;
+its charge is kept).
 
 Text that an analyst or the data may have written (SQL, error messages, analyst names,
 column names, string values) is printed through :func:`dpsql.text.escape`: a control
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -25,7 +27,7 @@ import sqlglot
 import yaml
 
 import dpsql
-from dpsql.errors import CatalogError, DpsqlError, UnknownTableError
+from dpsql.errors import CatalogError, DpsqlError, QueryCancelled, UnknownTableError
 from dpsql.text import escape
 
 DEMO_QUERIES = [
@@ -47,8 +49,16 @@ DEMO_QUERIES = [
 ]
 
 
+_PYTHON_HINT = re.compile(r"\be\.g\. (epsilon|delta|alpha|mechanism)=([^\s)]+)")
+
+
 def _fail(exc: DpsqlError) -> None:
-    click.secho(f"error ({type(exc).__name__}): {escape(exc)}", fg="red", err=True)
+    if isinstance(exc, QueryCancelled):  # Ctrl-C: one line, the shell's usual status
+        click.secho(f"cancelled: {escape(exc)}", fg="red", err=True)
+        sys.exit(130)
+    # the hint in the command line's words: --delta 1e-6, not delta=1e-6
+    message = _PYTHON_HINT.sub(lambda m: f"e.g. --{m[1]} {m[2]}", str(exc))
+    click.secho(f"error ({type(exc).__name__}): {escape(message)}", fg="red", err=True)
     sys.exit(1)
 
 
@@ -79,7 +89,7 @@ def main() -> None:
     """dpsql: differentially private answers to aggregate SQL.
 
     Exit status: 0 success, 1 refused (a DpsqlError: bad query, catalog or budget),
-    2 usage error.
+    2 usage error, 130 cancelled with Ctrl-C.
     """
 
 

@@ -35,6 +35,7 @@ from dpsql.errors import (
     LedgerError,
     PostprocessError,
     PrivacyParameterError,
+    QueryCancelled,
     UnknownTableError,
     UnsupportedQueryError,
 )
@@ -269,6 +270,8 @@ class Connection:
             self._ledger.refuse(self._dataset, self._analyst, text,
                                 f"{type(err).__name__}: {err}")
             raise err from None
+        except KeyboardInterrupt:  # Ctrl-C before the charge: nothing was spent
+            raise QueryCancelled(charged=False) from None
         charge = self._ledger.charge(self._dataset, self._analyst, plan.charge, text,
                                      self._cap)
         try:
@@ -279,6 +282,9 @@ class Connection:
                 columns, rows = [k.name for k in plan.keys], []
             noisy = add_noise(plan, columns, rows)
             answer = postprocess(plan, noisy, alpha)
+        except QueryCancelled:
+            self._ledger.finish(charge, "cancelled")
+            raise
         except DpsqlError as exc:
             self._ledger.finish(charge, "failed", type(exc).__name__)
             raise
@@ -286,6 +292,9 @@ class Connection:
             self._ledger.finish(charge, "failed", "internal")
             err = _internal(exc, "answering", charged=True)
             raise err from None
+        except KeyboardInterrupt:  # Ctrl-C after the charge: cancelled, charge kept
+            self._ledger.finish(charge, "cancelled")
+            raise QueryCancelled() from None
         except BaseException:
             self._ledger.finish(charge, "failed", "interrupted")
             raise
