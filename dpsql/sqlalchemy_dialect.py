@@ -16,12 +16,15 @@ analysts write URLs pins the catalog, the ledger and the analyst (see
 
 Every statement SQLAlchemy sends is a private, charged query, so ``pandas.read_sql``
 and ``select(func.count()).select_from(table)`` work as usual. Table reflection
-(``inspect(engine)``, ``Table(..., autoload_with=engine)``) comes from the catalog,
-never from the database: the catalog's tables, their columns and types, no keys and no
-indexes. The probes SQLAlchemy makes when it connects (server version, default schema,
-isolation level, ping) are answered here without sending any SQL, and commit/rollback
-do nothing (a rollback never refunds budget). The backend connection is never
-exposed: the DB-API connection SQLAlchemy pools is a :class:`dpsql.dbapi.Connection`.
+(``inspect(engine)``, ``Table(..., autoload_with=engine)``, jupysql's ``%sqlcmd
+tables`` and ``%sqlcmd columns``) comes from the catalog, never from the database, and
+is free: one schema, ``main``, the catalog's tables, their columns and types (bounds and
+public values as column comments), no keys, no indexes, no views. The catalog is public
+metadata, so none of it costs budget or reads a row. The probes SQLAlchemy makes when
+it connects (server version, default schema, isolation level, ping) are answered here
+without sending any SQL, and commit/rollback do nothing (a rollback never refunds
+budget). The backend connection is never exposed: the DB-API connection SQLAlchemy
+pools is a :class:`dpsql.dbapi.Connection`.
 
 Registered by the entry point ``"dpsql.duckdb" =
 "dpsql.sqlalchemy_dialect:DpsqlDuckDBDialect"``, or by hand:
@@ -57,6 +60,9 @@ CATALOG_TYPES: dict[str, type[sqltypes.TypeEngine]] = {
     "date": sqltypes.Date,
     "timestamp": sqltypes.DateTime,
 }
+
+#: The one schema reflection reports (DuckDB's default); the catalog's tables live in it.
+SCHEMA = "main"
 
 _FLOAT_KEYS = ("epsilon", "delta", "alpha")
 _INT_KEYS = ("max_groups", "max_rows")
@@ -134,8 +140,8 @@ class DpsqlDuckDBDialect(default.DefaultDialect):
     def _get_server_version_info(self, connection) -> tuple[int, ...]:
         return tuple(int(x) for x in re.findall(r"\d+", dpsql.__version__)[:3])
 
-    def _get_default_schema_name(self, connection) -> None:
-        return None
+    def _get_default_schema_name(self, connection) -> str:
+        return SCHEMA
 
     def get_isolation_level(self, dbapi_connection) -> str:
         return "AUTOCOMMIT"
@@ -179,17 +185,24 @@ class DpsqlDuckDBDialect(default.DefaultDialect):
 
     def _table(self, connection, table_name: str, schema: str | None):
         catalog = self._catalog(connection)
-        if schema is not None or not catalog.has_table(table_name):
+        if not _our_schema(schema) or not catalog.has_table(table_name):
             raise sa_exc.NoSuchTableError(table_name)
         return catalog.table(table_name)
 
+    def get_schema_names(self, connection, **kw) -> list[str]:
+        """One schema, ``main`` (DuckDB's default), holding the catalog's tables."""
+        return [SCHEMA]
+
+    def has_schema(self, connection, schema_name, **kw) -> bool:
+        return _our_schema(schema_name)
+
     def get_table_names(self, connection, schema=None, **kw) -> list[str]:
-        if schema is not None:
+        if not _our_schema(schema):
             return []
         return sorted(self._catalog(connection).tables)
 
     def has_table(self, connection, table_name, schema=None, **kw) -> bool:
-        return schema is None and self._catalog(connection).has_table(table_name)
+        return _our_schema(schema) and self._catalog(connection).has_table(table_name)
 
     def get_columns(self, connection, table_name, schema=None, **kw) -> list[dict]:
         table = self._table(connection, table_name, schema)
@@ -253,6 +266,11 @@ class DpsqlDuckDBDialect(default.DefaultDialect):
 
     def get_view_definition(self, connection, view_name, schema=None, **kw):
         raise sa_exc.NoSuchTableError(view_name)
+
+
+def _our_schema(schema: str | None) -> bool:
+    """Whether ``schema`` names the catalog's tables: none given, or ``main``."""
+    return schema is None or (isinstance(schema, str) and schema.lower() == SCHEMA)
 
 
 def _number(key: str, text: str, kind: type) -> Any:
