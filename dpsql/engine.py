@@ -30,6 +30,7 @@ from dpsql.bigquery_options import lift_dp_options
 from dpsql.catalog import Catalog, Table, load_catalog
 from dpsql.errors import (
     AnalysisError,
+    BackendError,
     CatalogError,
     DpsqlError,
     LedgerError,
@@ -170,6 +171,7 @@ class Connection:
         check_analyst(self._analyst)
         self._dataset = self._catalog.dataset
         self._owns_ledger = not isinstance(ledger, Ledger)
+        _check_database_file(database)  # a missing database gets no ledger file either
         if self._owns_ledger:
             ledger = Ledger(default_ledger_path(database) if ledger is None else ledger)
         self._ledger = ledger
@@ -539,6 +541,27 @@ class Connection:
                 "group by it, join on it or count it as a user; use a column with the "
                 "default (binary) collation")
         self._schemas_ok.add(table.name)
+
+
+def _check_database_file(database: Any) -> None:
+    """Refuses a DuckDB or SQLite file that does not exist, before any ledger is created.
+
+    Raises:
+        BackendError: (nothing charged, nothing written) the file does not exist.
+    """
+    from dpsql.backends import ledger_home
+
+    if isinstance(database, str) and database.startswith(("duckdb://", "sqlite://")):
+        scheme, _, rest = database.partition("://")
+        if rest and not rest.startswith("/"):  # duckdb://pums.duckdb reads as a host
+            raise BackendError(
+                f"{scheme}://{rest.split('?')[0]} names a host, not a file: a database "
+                f"file comes after three slashes, {scheme}:///{rest.split('?')[0]}")
+    path = ledger_home(database)
+    if path is not None and not path.exists():
+        raise BackendError(f"database file {str(path)!r} does not exist (nothing was "
+                           "created, no ledger either); check the path, or create the "
+                           "database first (e.g. dpsql.datasets.load_pums(path))")
 
 
 def _options(sql, epsilon, delta, max_groups, max_rows, limits=None):

@@ -14,6 +14,9 @@ analysts write URLs pins the catalog, the ledger and the analyst (see
 :mod:`dpsql.ledger`): a URL that names another is refused when it connects
 (``sqlalchemy.exc.OperationalError`` wrapping a :class:`dpsql.LedgerError`).
 
+With two slashes, ``dpsql+duckdb://pums.duckdb``, SQLAlchemy reads ``pums.duckdb`` as a
+host and no database: refused, never an empty in-memory database.
+
 Every statement SQLAlchemy sends is a private, charged query, so ``pandas.read_sql``
 and ``select(func.count()).select_from(table)`` work as usual. Table reflection
 (``inspect(engine)``, ``Table(..., autoload_with=engine)``, jupysql's ``%sqlcmd
@@ -46,6 +49,7 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import types as sqltypes
 from sqlalchemy.engine import default
+from sqlalchemy.sql import compiler
 
 import dpsql
 from dpsql import dbapi as _dbapi
@@ -70,11 +74,47 @@ _STR_KEYS = ("catalog", "ledger", "analyst")
 _BUDGET_KEYS = ("budget_epsilon", "budget_delta")
 
 
+def _writes_refused(what: str) -> sa_exc.CompileError:
+    return sa_exc.CompileError(
+        f"writes are not allowed: dpsql answers aggregate SELECT queries privately and "
+        f"never changes the database ({what} refused before anything was sent; nothing "
+        "was charged)")
+
+
+class DpsqlCompiler(compiler.SQLCompiler):
+    """SQLAlchemy's SQL compiler, refusing INSERT, UPDATE and DELETE as it compiles them.
+
+    So ``DataFrame.to_sql`` (one row or many, ``method="multi"`` included) and ORM
+    flushes fail with "writes are not allowed" before any SQL is sent, not with a
+    message about epsilon, budgets or ``executemany``.
+    """
+
+    def visit_insert(self, insert_stmt, *args, **kw):
+        raise _writes_refused(f"INSERT INTO {getattr(insert_stmt.table, 'name', 'a table')}")
+
+    def visit_update(self, update_stmt, *args, **kw):
+        raise _writes_refused(f"UPDATE {getattr(update_stmt.table, 'name', 'a table')}")
+
+    def visit_delete(self, delete_stmt, *args, **kw):
+        raise _writes_refused(f"DELETE FROM {getattr(delete_stmt.table, 'name', 'a table')}")
+
+
+class DpsqlDDLCompiler(compiler.DDLCompiler):
+    """Refuses every DDL statement (CREATE/DROP TABLE, indexes, ...) as it compiles."""
+
+    def process(self, obj, **kwargs):
+        words = re.sub(r"(?<!^)(?=[A-Z])", " ", type(obj).__name__).upper()  # CREATE TABLE
+        target = getattr(getattr(obj, "element", None), "name", None)
+        raise _writes_refused(f"{words} {target}" if isinstance(target, str) else words)
+
+
 class DpsqlDuckDBDialect(default.DefaultDialect):
     """SQLAlchemy dialect ``dpsql+duckdb``: private aggregate queries over DuckDB."""
 
     name = "dpsql"
     driver = "duckdb"
+    statement_compiler = DpsqlCompiler
+    ddl_compiler = DpsqlDDLCompiler
     # Statements compile with SQLAlchemy's generic compiler and no per-dialect state, so
     # caching compiled forms is safe.
     supports_statement_cache = True
@@ -114,6 +154,14 @@ class DpsqlDuckDBDialect(default.DefaultDialect):
                 f"unknown dpsql URL parameter(s) {', '.join(unknown)}; known: "
                 + ", ".join(sorted(known))
             )
+        if url.host or url.port or url.username or url.password:
+            # dpsql+duckdb://pums.duckdb: SQLAlchemy reads pums.duckdb as a host and no
+            # database at all, which must not become an empty in-memory database
+            raise sa_exc.ArgumentError(
+                f"{url.drivername}://{url.host or ''} names a host "
+                f"({url.host!r}), not a file: a DuckDB file comes after three slashes, "
+                f"{url.drivername}:///{url.host or 'file.duckdb'} (relative) or "
+                f"{url.drivername}:////absolute/path.duckdb")
         if "catalog" not in query and not os.environ.get(CATALOG_ENV):
             raise sa_exc.ArgumentError("a dpsql URL needs ?catalog=/path/to/catalog.yaml")
         args: dict[str, Any] = {"database": url.database or ":memory:"}
