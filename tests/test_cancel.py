@@ -31,11 +31,21 @@ def slow_file(tmp_path_factory):
     return path
 
 
-def _interrupt_later(seconds: float, backend) -> list[threading.Timer]:
-    """Ctrl-C (as the main thread sees it) after ``seconds``; a watchdog that stops the
-    query directly after 30 s, so a broken cancel fails the test instead of hanging it."""
-    timers = [threading.Timer(seconds, _thread.interrupt_main),
-              threading.Timer(30, lambda: backend._con.interrupt())]
+def _interrupt_when_charged(ledger, backend) -> list[threading.Timer]:
+    """Ctrl-C (as the main thread sees it) once the query is charged and running; a
+    watchdog stops the query directly after 60 s, so a broken cancel fails the test
+    instead of hanging it."""
+    def interrupt() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if any(e["outcome"] == "charged" for e in ledger.log()):
+                time.sleep(0.3)  # the database is reading
+                break
+            time.sleep(0.05)
+        _thread.interrupt_main()
+
+    timers = [threading.Timer(0.0, interrupt),
+              threading.Timer(60, lambda: backend._con.interrupt())]
     for t in timers:
         t.daemon = True
         t.start()
@@ -44,14 +54,14 @@ def _interrupt_later(seconds: float, backend) -> list[threading.Timer]:
 
 def test_ctrl_c_during_a_query_raises_query_cancelled_and_keeps_the_charge(slow_file):
     conn = dpsql.connect(slow_file, catalog=CATALOG, budget=(10, 1e-5), ledger=":memory:")
-    timers = _interrupt_later(1.0, conn._backend)
+    timers = _interrupt_when_charged(conn._ledger, conn._backend)
     start = time.monotonic()
     with pytest.raises(QueryCancelled) as info:
         conn.execute(SLOW_SQL, epsilon=1.0)
     elapsed = time.monotonic() - start
     for t in timers:
         t.cancel()
-    assert elapsed < 10, f"the query ran {elapsed:.1f} s after Ctrl-C"
+    assert elapsed < 20, f"the query ran {elapsed:.1f} s, long after Ctrl-C"
     err = info.value
     assert isinstance(err, dpsql.DpsqlError) and err.charged
     assert "charge is kept" in str(err)
@@ -67,7 +77,7 @@ def test_dbapi_maps_a_cancel_to_operational_error(slow_file):
     con = dpsql.dbapi.connect(slow_file, CATALOG, budget=(10, 1e-5), ledger=":memory:",
                               epsilon=0.5)
     cur = con.cursor()
-    timers = _interrupt_later(1.0, con._conn._backend)
+    timers = _interrupt_when_charged(con._conn._ledger, con._conn._backend)
     with pytest.raises(dpsql.dbapi.OperationalError) as info:
         cur.execute(SLOW_SQL)
     for t in timers:

@@ -7,6 +7,7 @@ cancelled; ``dpsql query`` exits with one line and no traceback.
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -43,6 +44,26 @@ def slow(tmp_path):
     return db, catalog, tmp_path / "ledger.sqlite"
 
 
+def _wait_for_charge(ledger: Path, timeout: float = 60.0) -> None:
+    """Waits until the ledger holds a charge still running (written before the data is
+    read), then a little longer so the database is surely reading."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ledger.exists():
+            con = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)
+            try:
+                if con.execute("SELECT count(*) FROM charges WHERE outcome = 'charged'"
+                               ).fetchone()[0]:
+                    time.sleep(0.5)
+                    return
+            except sqlite3.OperationalError:  # the schema is being created
+                pass
+            finally:
+                con.close()
+        time.sleep(0.1)
+    raise AssertionError("the query was never charged")
+
+
 def _spawn(args: list[str], tmp_path: Path):
     env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(ROOT), "TERM": "dumb",
            "NO_COLOR": "1"}
@@ -59,7 +80,7 @@ def test_ctrl_c_in_the_shell_cancels_the_query_and_returns_to_the_prompt(slow, t
     try:
         child.expect_exact("dpsql> ")
         child.sendline(SLOW_SQL + ";")
-        time.sleep(2.0)  # the query is running (it would run for minutes)
+        _wait_for_charge(ledger)  # the query is running (it would run for minutes)
         child.sendintr()
         child.expect("cancelled: query cancelled; its charge is kept", timeout=15)
         child.expect(r"remaining budget: epsilon=9, delta=1e-05")
@@ -100,7 +121,7 @@ def test_ctrl_c_in_dpsql_query_exits_with_one_line(slow, tmp_path):
     child = _spawn(["query", SLOW_SQL, "-d", str(db), "-c", str(catalog), "--ledger",
                     str(ledger), "--budget", "10", "1e-5", "-e", "0.5"], tmp_path)
     try:
-        time.sleep(3.0)  # started, charged and running
+        _wait_for_charge(ledger)  # started, charged and running
         child.sendintr()
         child.expect(pexpect.EOF, timeout=15)
         output = child.before
