@@ -126,3 +126,28 @@ def test_duckdb_interrupt_errors_are_a_cancel(connect, monkeypatch, error):
         conn.execute("SELECT COUNT(*) FROM pums_dup", epsilon=0.25)
     assert conn.budget.spent == (0.25, 0.0)
     assert conn._ledger.log()[0]["outcome"] == "cancelled"
+
+
+def test_ctrl_c_during_an_sqlite_query_is_a_cancel(tmp_path):
+    """SQLite's progress handler swallows the KeyboardInterrupt and stops the statement
+    ("interrupted"); not the owner's timeout, so it is a cancel."""
+    import sqlite3
+
+    path = tmp_path / "slow.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (uid INTEGER NOT NULL, x INTEGER NOT NULL)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", ((i % 2, i % 100) for i in range(100000)))
+    con.commit()
+    con.close()
+    conn = dpsql.connect(f"sqlite:///{path}", catalog=CATALOG, budget=(10, 1e-5),
+                         ledger=":memory:")
+    timers = _interrupt_when_charged(conn._ledger, None)
+    timers[1].cancel()  # no DuckDB here: the timeout of the test run is the watchdog
+    start = time.monotonic()
+    with pytest.raises(QueryCancelled):
+        conn.execute(SLOW_SQL, epsilon=1.0)
+    timers[0].cancel()
+    assert time.monotonic() - start < 20
+    assert conn.budget.spent == (1.0, 0.0)
+    assert conn._ledger.log()[0]["outcome"] == "cancelled"
+    conn.close()
