@@ -5,7 +5,9 @@ answer spends the shell's current epsilon and delta from the connection's budget
 starting with a dot are shell commands (``.help`` lists them). With a terminal, line
 editing and a history kept in ``~/.dpsql_history`` come from :mod:`readline` (when
 Python has it); without one (input piped in), there is no prompt and the exit status
-is 1 if any statement was refused.
+is 1 if any statement was refused. Ctrl-C while a query runs cancels it (the
+database stops at once; the charge is kept and logged as ``cancelled``) and returns to
+the prompt; Ctrl-C at the prompt drops a half-typed query.
 
 Analyst-influenced text it prints (error messages, the analyst's name, results) goes
 through :func:`dpsql.text.escape`, so control characters show as visible escapes.
