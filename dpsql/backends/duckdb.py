@@ -145,14 +145,14 @@ class DuckDBBackend(Backend):
             failure = exc
         if con is not None:
             con.close()
-        _boundary.log_failure(f"DuckDB database {str(path)!r}", "opening the connection",
-                              failure)
         if isinstance(failure, duckdb.ResourceInUseException):
             reason = _IN_USE
         elif isinstance(failure, duckdb.IOException) and "lock" in str(failure).lower():
             reason = _LOCKED_BY_OTHER
-        else:
+        else:  # the engine's text to the owner's log, a fixed message to the caller
             raise _boundary.open_failed(f"DuckDB database {str(path)!r}", failure)
+        _boundary.log_failure(f"DuckDB database {str(path)!r}", "opening the connection",
+                              failure)
         err = BackendError(f"cannot open DuckDB database {str(path)!r}: {reason}")
         err.charged = False
         raise err
