@@ -320,15 +320,17 @@ class DuckDBBackend(Backend):
             # so an untimed one would not notice it until the query ended
             while not done.wait(0.05):
                 pass
-        except KeyboardInterrupt:
+        except BaseException as exc:  # Ctrl-C, or SystemExit: never leave it running
             self._con.interrupt()
-            while True:  # a second Ctrl-C must not leave the query running
+            while True:
                 try:
                     if done.wait(0.05):
                         break
-                except KeyboardInterrupt:
+                except KeyboardInterrupt:  # a second Ctrl-C
                     self._con.interrupt()
-            raise QueryCancelled() from None
+            if isinstance(exc, KeyboardInterrupt):
+                raise QueryCancelled() from None
+            raise
         return box[0]
 
     def close(self) -> None:
