@@ -1,7 +1,8 @@
 """The ``dpsql`` command line.
 
 Exit codes: 0 success; 1 a query or catalog was refused (a :class:`DpsqlError`);
-2 bad command-line usage.
+2 bad command-line usage; 130 a query cancelled with Ctrl-C (one line, no traceback;
+its charge is kept).
 
 Text that an analyst or the data may have written (SQL, error messages, analyst names,
 column names, string values) is printed through :func:`dpsql.text.escape`: a control
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -25,7 +27,7 @@ import sqlglot
 import yaml
 
 import dpsql
-from dpsql.errors import CatalogError, DpsqlError, UnknownTableError
+from dpsql.errors import CatalogError, DpsqlError, QueryCancelled, UnknownTableError
 from dpsql.text import escape
 
 DEMO_QUERIES = [
@@ -47,8 +49,16 @@ DEMO_QUERIES = [
 ]
 
 
+_PYTHON_HINT = re.compile(r"\be\.g\. (epsilon|delta|alpha|mechanism)=([^\s)]+)")
+
+
 def _fail(exc: DpsqlError) -> None:
-    click.secho(f"error ({type(exc).__name__}): {escape(exc)}", fg="red", err=True)
+    if isinstance(exc, QueryCancelled):  # Ctrl-C: one line, the shell's usual status
+        click.secho(f"cancelled: {escape(exc)}", fg="red", err=True)
+        sys.exit(130)
+    # the hint in the command line's words: --delta 1e-6, not delta=1e-6
+    message = _PYTHON_HINT.sub(lambda m: f"e.g. --{m[1]} {m[2]}", str(exc))
+    click.secho(f"error ({type(exc).__name__}): {escape(message)}", fg="red", err=True)
     sys.exit(1)
 
 
@@ -79,7 +89,7 @@ def main() -> None:
     """dpsql: differentially private answers to aggregate SQL.
 
     Exit status: 0 success, 1 refused (a DpsqlError: bad query, catalog or budget),
-    2 usage error.
+    2 usage error, 130 cancelled with Ctrl-C.
     """
 
 
@@ -303,6 +313,15 @@ def budget() -> None:
     """
 
 
+#: What the zCDP line of ``budget show`` means, in words.
+ZCDP_NOTE = (
+    "(*) zCDP bound: the same queries' privacy loss added up a second way, as\n"
+    "    zero-concentrated DP (rho), then converted to an epsilon using the total's delta.\n"
+    "    Both bounds are valid and the smaller applies: a query is admitted when either\n"
+    "    stays within the total, so with a zCDP bound below 'spent' more fits than\n"
+    "    'remaining' shows (typical for many small or Gaussian queries).")
+
+
 @budget.command("show")
 @_ledger_options
 @click.option("--dataset", default=None, help="Only this data set.")
@@ -323,6 +342,7 @@ def budget_show(ledger, database, dataset) -> None:
     analysts_by_ds = {}
     for entry in led.log(None, limit=10**9):
         analysts_by_ds.setdefault(entry["dataset"], set()).add(entry["analyst"])
+    zcdp_shown = False
     for ds in datasets:
         totals = {a: (e, d, src) for d_, a, e, d, src in rows if d_ == ds}
         click.secho(f"data set {escape(ds)}", bold=True)
@@ -337,8 +357,11 @@ def budget_show(ledger, database, dataset) -> None:
                 line += (f"; total epsilon={e:g}, delta={d:g} ({src}); remaining "
                          f"epsilon={left[0]:g}, delta={left[1]:g}")
                 if d > 0 and s.rho > 0:
-                    line += f"; zCDP bound epsilon={s.zcdp_epsilon(d):.4g}"
+                    line += f"; zCDP bound epsilon={s.zcdp_epsilon(d):.4g} (*)"
+                    zcdp_shown = True
             click.echo(line)
+    if zcdp_shown:
+        click.echo(ZCDP_NOTE)
 
 
 @budget.command("log")
@@ -422,8 +445,11 @@ def catalog() -> None:
 
 @catalog.command("validate")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
-def catalog_validate(path) -> None:
-    """Check a catalog file and summarise its tables."""
+@click.option("--database", "-d", default=None,
+              help="Also check the catalog against this database (a DuckDB file or a URL): "
+                   "tables, columns, types, user keys. Reads the schema only.")
+def catalog_validate(path, database) -> None:
+    """Check a catalog file and summarise its tables (and, with -d, match a database)."""
     try:
         cat = dpsql.load_catalog(path)
     except DpsqlError as exc:
@@ -431,11 +457,54 @@ def catalog_validate(path) -> None:
     click.echo(f"{escape(path)}: OK (dataset {cat.dataset!r})")
     for table in cat.tables.values():
         unit = ("public" if table.public else "row privacy" if table.row_privacy
-                else f"user key {table.user_key}")
+                else f"user key {table.user_key}" if table.user_key
+                else "user key via " + " -> ".join(f"{c} = {t}.{r}"
+                                                   for c, t, r in table.user_path))
         bounded = [c.name for c in table.columns.values() if c.bounded]
         click.echo(escape(f"  {table.name}: {unit}, max_groups={table.max_groups}, "
                           f"max_rows={table.max_rows}, {len(table.columns)} columns, "
                           f"bounded: {', '.join(bounded) or 'none'}"))
+    if database is not None:
+        problems = check_against_database(cat, path, database)
+        for problem in problems:
+            click.secho(f"  {escape(problem)}", fg="red", err=True)
+        if problems:
+            click.secho(f"{escape(database)}: {len(problems)} problem(s)", fg="red", err=True)
+            sys.exit(1)
+        click.echo(f"{escape(database)}: OK (every table, column, type and user key "
+                   "matches the catalog)")
+
+
+def check_against_database(cat, catalog_file, database) -> list[str]:
+    """What the database lacks that the catalog promises: the check every query makes
+    before it is charged (:meth:`dpsql.Connection._check_schema`), for every table, and
+    the PRIMARY KEY/UNIQUE keys that foreign-key paths to the user join on. Reads the
+    schema only, spends nothing (an in-memory ledger unless the owner pinned one).
+
+    Raises:
+        DpsqlError: the database cannot be opened (exit status 1 through ``main``).
+    """
+    from dpsql.ledger import pinned_catalog, pins
+
+    pinned = pins(dpsql.load_catalog(pinned_catalog(catalog_file))).ledger is not None
+    problems = []
+    with dpsql.connect(database, catalog=cat, budget=(1.0, 0.5),
+                       ledger=None if pinned else ":memory:") as conn:
+        backend = conn._backend
+        for table in cat.tables.values():
+            try:
+                conn._check_schema(table, backend)
+            except DpsqlError as exc:
+                problems.append(str(exc))
+                continue
+            for _column, ref_table, ref_column in table.user_path:
+                if cat.has_table(ref_table) and backend.columns(ref_table) is not None \
+                        and (ref_column,) not in conn._unique(backend, ref_table):
+                    problems.append(
+                        f"table {ref_table!r}, column {ref_column!r}: {table.name}'s path to "
+                        "the user joins on it, so it must be a PRIMARY KEY or UNIQUE NOT "
+                        "NULL in the database")
+    return problems
 
 
 # -- catalog draft and import ------------------------------------------------------------

@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 
 from dpsql.catalog import Catalog, load_catalog
+from dpsql.errors import BackendError
 
 _TYPES = {"int": "BIGINT", "float": "DOUBLE", "string": "VARCHAR", "bool": "BOOLEAN",
           "date": "DATE", "timestamp": "TIMESTAMP"}
@@ -48,24 +49,70 @@ def data_path(filename: str) -> Path:
 def load_pums(database: str | Path | duckdb.DuckDBPyConnection) -> None:
     """Creates (or replaces) the tables ``pums`` and ``pums_dup`` in a DuckDB database.
 
-    Column types come from the bundled catalogs, so the database matches them.
+    Column types come from the bundled catalogs, so the database matches them. Re-run
+    (a notebook cell run again) while a dpsql connection or SQLAlchemy engine reads the
+    file, it does nothing if the file already holds exactly the bundled tables, and
+    otherwise says what to close: DuckDB lets no writer open a file that is being read.
+
+    Raises:
+        BackendError: the file is open elsewhere and does not hold the bundled tables.
     """
-    con = database if isinstance(database, duckdb.DuckDBPyConnection) else duckdb.connect(
-        str(database))
+    if isinstance(database, duckdb.DuckDBPyConnection):
+        _load_pums(database)
+        return
+    try:
+        con = duckdb.connect(str(database))
+    except duckdb.Error:
+        con = None
+    if con is None:
+        if _holds_pums(database):
+            return
+        raise BackendError(
+            f"cannot write {str(database)!r}: it is open in this Python process (a "
+            "dpsql connection or SQLAlchemy engine over it, or a duckdb.connect(...)) or "
+            "in another process; close it first (conn.close(), engine.dispose(), "
+            "con.close()) and run load_pums again")
+    try:
+        _load_pums(con)
+    finally:
+        con.close()
+
+
+def _load_pums(con: duckdb.DuckDBPyConnection) -> None:
+    for table, filename in PUMS_TABLES.items():
+        cat = load_catalog(catalog_path(table)).table(table)
+        types = {c.name: _TYPES[c.type] for c in cat.columns.values()}
+        con.execute(
+            f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM read_csv(?, header=true, "
+            f"types={types!r})",
+            [str(data_path(filename))],
+        )
+    # one row per person in pums: declared, so dpsql can skip the per-user aggregate
+    con.execute("ALTER TABLE pums ADD PRIMARY KEY (pid)")
+
+
+def _holds_pums(database: str | Path) -> bool:
+    """Whether the file already holds the bundled tables, row for row (read-only)."""
+    try:
+        con = duckdb.connect(str(database), read_only=True)
+    except duckdb.Error:
+        return False
     try:
         for table, filename in PUMS_TABLES.items():
             cat = load_catalog(catalog_path(table)).table(table)
             types = {c.name: _TYPES[c.type] for c in cat.columns.values()}
-            con.execute(
-                f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM read_csv(?, header=true, "
-                f"types={types!r})",
-                [str(data_path(filename))],
-            )
-        # one row per person in pums: declared, so dpsql can skip the per-user aggregate
-        con.execute("ALTER TABLE pums ADD PRIMARY KEY (pid)")
+            bundled = (f"SELECT * FROM read_csv(?, header=true, types={types!r})")
+            diff = con.execute(
+                f"SELECT (SELECT count(*) FROM (SELECT * FROM {table} EXCEPT ALL {bundled})) "
+                f"+ (SELECT count(*) FROM ({bundled} EXCEPT ALL SELECT * FROM {table}))",
+                [str(data_path(filename))] * 2).fetchone()[0]
+            if diff != 0:
+                return False
+        return True
+    except duckdb.Error:
+        return False
     finally:
-        if not isinstance(database, duckdb.DuckDBPyConnection):
-            con.close()
+        con.close()
 
 
 #: TPC-H tables and their primary keys (declared in DuckDB: joins along foreign keys

@@ -38,7 +38,7 @@ an exhausted budget. The mapping (:data:`ERROR_MAP`):
 * ``ParseError``, ``UnsupportedQueryError``, ``AnalysisError`` (``UnknownTableError``,
   ``UnknownColumnError``, ``UnboundedExpressionError``) and ``PrivacyParameterError``
   → :class:`ProgrammingError`: the query or its parameters must change;
-* ``BudgetExhaustedError``, ``BackendError`` and ``LedgerError`` →
+* ``BudgetExhaustedError``, ``BackendError``, ``QueryCancelled`` and ``LedgerError`` →
   :class:`OperationalError`: the query was fine, the situation was not;
 * ``CatalogError`` → :class:`InterfaceError`: the catalog is the interface's own
   description of the database, set by the data owner, not by the query;
@@ -135,6 +135,7 @@ ERROR_MAP: dict[type[_errors.DpsqlError], type[Error]] = {
     _errors.PrivacyParameterError: ProgrammingError,
     _errors.BudgetExhaustedError: OperationalError,
     _errors.BackendError: OperationalError,
+    _errors.QueryCancelled: OperationalError,
     _errors.LedgerError: OperationalError,
     _errors.CatalogError: InterfaceError,
     _errors.DpsqlError: DatabaseError,

@@ -32,11 +32,13 @@ from dpsql.bigquery_options import lift_dp_options
 from dpsql.catalog import Catalog, Table, load_catalog
 from dpsql.errors import (
     AnalysisError,
+    BackendError,
     CatalogError,
     DpsqlError,
     LedgerError,
     PostprocessError,
     PrivacyParameterError,
+    QueryCancelled,
     UnknownTableError,
     UnsupportedQueryError,
 )
@@ -172,6 +174,7 @@ class Connection:
         check_analyst(self._analyst)
         self._dataset = self._catalog.dataset
         self._owns_ledger = not isinstance(ledger, Ledger)
+        _check_database_file(database)  # a missing database gets no ledger file either
         if self._owns_ledger:
             ledger = Ledger(default_ledger_path(database) if ledger is None else ledger)
         self._ledger = ledger
@@ -275,6 +278,8 @@ class Connection:
             self._ledger.refuse(self._dataset, self._analyst, text,
                                 f"{type(err).__name__}: {err}")
             raise err from None
+        except KeyboardInterrupt:  # Ctrl-C before the charge: nothing was spent
+            raise QueryCancelled(charged=False) from None
         charge = self._ledger.charge(self._dataset, self._analyst, plan.charge, text,
                                      self._cap)
         try:
@@ -289,6 +294,9 @@ class Connection:
             if plan.selection is not None:
                 # the number of released keys only: those below the threshold stay unsaid
                 notes = (selection_note(plan, len(noisy.keys), alpha), *notes)
+        except QueryCancelled:
+            self._ledger.finish(charge, "cancelled")
+            raise
         except DpsqlError as exc:
             self._ledger.finish(charge, "failed", type(exc).__name__)
             raise
@@ -296,6 +304,9 @@ class Connection:
             self._ledger.finish(charge, "failed", "internal")
             err = _internal(exc, "answering", charged=True)
             raise err from None
+        except KeyboardInterrupt:  # Ctrl-C after the charge: cancelled, charge kept
+            self._ledger.finish(charge, "cancelled")
+            raise QueryCancelled() from None
         except BaseException:
             self._ledger.finish(charge, "failed", "interrupted")
             raise
@@ -568,6 +579,27 @@ class Connection:
                 "group by it, join on it or count it as a user; use a column with the "
                 "default (binary) collation")
         self._schemas_ok.add(table.name)
+
+
+def _check_database_file(database: Any) -> None:
+    """Refuses a DuckDB or SQLite file that does not exist, before any ledger is created.
+
+    Raises:
+        BackendError: (nothing charged, nothing written) the file does not exist.
+    """
+    from dpsql.backends import ledger_home
+
+    if isinstance(database, str) and database.startswith(("duckdb://", "sqlite://")):
+        scheme, _, rest = database.partition("://")
+        if rest and not rest.startswith("/"):  # duckdb://pums.duckdb reads as a host
+            raise BackendError(
+                f"{scheme}://{rest.split('?')[0]} names a host, not a file: a database "
+                f"file comes after three slashes, {scheme}:///{rest.split('?')[0]}")
+    path = ledger_home(database)
+    if path is not None and not path.exists():
+        raise BackendError(f"database file {str(path)!r} does not exist (nothing was "
+                           "created, no ledger either); check the path, or create the "
+                           "database first (e.g. dpsql.datasets.load_pums(path))")
 
 
 def _options(sql, epsilon, delta, max_groups, max_rows, limits=None):

@@ -4,7 +4,8 @@ Every error dpsql raises derives from :class:`DpsqlError`. The stage tells the c
 whether budget was spent: errors raised before the ``charge`` stage (catalog, parse,
 validation, analysis, privacy parameters, budget) never charge anything; a
 :class:`BackendError` is raised after the charge and keeps it, because a failure that
-depends on the data is itself information about the data.
+depends on the data is itself information about the data; so does a
+:class:`QueryCancelled` raised after the charge.
 
 >>> issubclass(UnsupportedQueryError, DpsqlError)
 True
@@ -101,3 +102,25 @@ class BackendError(DpsqlError):
 
     stage = "execute"
     charged = True
+
+
+class QueryCancelled(DpsqlError):
+    """The query was cancelled (Ctrl-C, a notebook's interrupt) while it ran.
+
+    Raised instead of ``KeyboardInterrupt`` (or the database's own interrupt error) by
+    :meth:`dpsql.Connection.execute`. A query cancelled after its charge keeps the charge
+    and is logged as ``cancelled`` in the ledger: the database may already have read the
+    data, and how far it got can depend on the data. One cancelled before the charge
+    (``charged`` is False) spent nothing.
+    """
+
+    stage = "execute"
+    charged = True
+
+    def __init__(self, message: str | None = None, charged: bool = True):
+        if message is None:
+            message = ("query cancelled; its charge is kept (the database may already "
+                       "have read the data)" if charged
+                       else "query cancelled before anything was charged")
+        super().__init__(message)
+        self.charged = charged

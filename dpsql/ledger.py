@@ -8,7 +8,8 @@ budgets, every charge, and an audit log of every query. The rules:
   write lock serialises every writer across threads and processes, so two queries can
   never both spend the last of a budget.
 * **Failures keep their charge.** A query that fails after its charge is logged as
-  ``failed``; the charge stays (a data-dependent failure is information).
+  ``failed``, one cancelled while it ran (Ctrl-C) as ``cancelled``; the charge stays (a
+  data-dependent failure is information, and so is how far a query got).
 * **Refusals charge nothing.** A query refused before reading data is logged as
   ``refused`` with cost 0.
 * **Crash safety.** WAL journaling with ``synchronous=FULL``: a committed charge
@@ -263,8 +264,9 @@ class Ledger:
         raise refusal
 
     def finish(self, charge_id: int, outcome: str, detail: str | None = None) -> None:
-        """Marks a charged query ``answered`` or ``failed``; the charge itself stays."""
-        assert outcome in ("answered", "failed")
+        """Marks a charged query ``answered``, ``failed`` or ``cancelled`` (Ctrl-C); the
+        charge itself stays."""
+        assert outcome in ("answered", "failed", "cancelled")
         with self._tx() as db:
             db.execute("UPDATE charges SET outcome = ?, detail = ? WHERE id = ?",
                        (outcome, None if detail is None else _storable(detail), charge_id))

@@ -5,7 +5,9 @@ answer spends the shell's current epsilon and delta from the connection's budget
 starting with a dot are shell commands (``.help`` lists them). With a terminal, line
 editing and a history kept in ``~/.dpsql_history`` come from :mod:`readline` (when
 Python has it); without one (input piped in), there is no prompt and the exit status
-is 1 if any statement was refused.
+is 1 if any statement was refused. Ctrl-C while a query runs cancels it (the
+database stops at once; the charge is kept and logged as ``cancelled``) and returns to
+the prompt; Ctrl-C at the prompt drops a half-typed query.
 
 Analyst-influenced text it prints (error messages, the analyst's name, results) goes
 through :func:`dpsql.text.escape`, so control characters show as visible escapes.
@@ -14,12 +16,13 @@ through :func:`dpsql.text.escape`, so control characters show as visible escapes
 from __future__ import annotations
 
 import cmd
+import re
 import sys
 from pathlib import Path
 
 import click
 
-from dpsql.errors import DpsqlError
+from dpsql.errors import DpsqlError, QueryCancelled
 from dpsql.text import escape
 
 PROMPT = "dpsql> "
@@ -37,11 +40,24 @@ SQL                 answer an aggregate query privately (ends with ';' or an emp
 .budget             budget spent and remaining (this analyst)
 .tables             catalog tables and their columns
 .help               this help
-.quit               leave (also .exit or Ctrl-D); Ctrl-C drops a half-typed query"""
+.quit               leave (also .exit or Ctrl-D); Ctrl-C drops a half-typed query
+                    or cancels a running one (its charge is kept)"""
 
 _SQL_WORDS = ("SELECT", "FROM", "WHERE", "GROUP BY", "HAVING", "ORDER BY", "LIMIT", "COUNT",
               "SUM", "AVG", "DISTINCT", "CASE", "WHEN", "THEN", "ELSE", "END", "AS", "AND",
               "OR", "NOT", "CAST", "LEAST", "GREATEST", "ABS", "ROUND")
+
+
+_PYTHON_HINT = re.compile(r"\be\.g\. (epsilon|delta|alpha|mechanism)=([^\s)]+)")
+
+
+def shell_spelling(message: str) -> str:
+    """A message's Python-style hint in the shell's words.
+
+    >>> shell_spelling("needs delta > 0 (e.g. delta=1e-6)")
+    'needs delta > 0 (e.g. .delta 1e-6)'
+    """
+    return _PYTHON_HINT.sub(lambda m: f"e.g. .{m[1]} {m[2]}", message)
 
 
 def default_history_path() -> Path:
@@ -158,16 +174,25 @@ class Shell(cmd.Cmd):
         try:
             res = self.conn.execute(sql, epsilon=self.epsilon, delta=self.delta,
                                     mechanism=self.mechanism, alpha=self.alpha)
+        except QueryCancelled as exc:  # Ctrl-C while it ran: back to the prompt
+            self.failures += 1
+            click.secho(f"cancelled: {escape(exc)}", fg="red", err=True)
+            if exc.charged:
+                self._remaining()
+            return
         except DpsqlError as exc:
             self._error(f"{type(exc).__name__}: {exc}")
             return
         self.stdout.write(str(res) + "\n")
+        self._remaining()
+
+    def _remaining(self) -> None:
         left = self.conn.budget.remaining
         self.stdout.write(f"remaining budget: epsilon={left[0]:g}, delta={left[1]:g}\n")
 
     def _error(self, message: str) -> None:
         self.failures += 1
-        click.secho(f"error: {escape(message)}", fg="red", err=True)
+        click.secho(f"error: {escape(shell_spelling(message))}", fg="red", err=True)
 
     # -- dot commands ---------------------------------------------------------------------
 

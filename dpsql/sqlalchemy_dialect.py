@@ -14,14 +14,20 @@ analysts write URLs pins the catalog, the ledger and the analyst (see
 :mod:`dpsql.ledger`): a URL that names another is refused when it connects
 (``sqlalchemy.exc.OperationalError`` wrapping a :class:`dpsql.LedgerError`).
 
+With two slashes, ``dpsql+duckdb://pums.duckdb``, SQLAlchemy reads ``pums.duckdb`` as a
+host and no database: refused, never an empty in-memory database.
+
 Every statement SQLAlchemy sends is a private, charged query, so ``pandas.read_sql``
 and ``select(func.count()).select_from(table)`` work as usual. Table reflection
-(``inspect(engine)``, ``Table(..., autoload_with=engine)``) comes from the catalog,
-never from the database: the catalog's tables, their columns and types, no keys and no
-indexes. The probes SQLAlchemy makes when it connects (server version, default schema,
-isolation level, ping) are answered here without sending any SQL, and commit/rollback
-do nothing (a rollback never refunds budget). The backend connection is never
-exposed: the DB-API connection SQLAlchemy pools is a :class:`dpsql.dbapi.Connection`.
+(``inspect(engine)``, ``Table(..., autoload_with=engine)``, jupysql's ``%sqlcmd
+tables`` and ``%sqlcmd columns``) comes from the catalog, never from the database, and
+is free: one schema, ``main``, the catalog's tables, their columns and types (bounds and
+public values as column comments), no keys, no indexes, no views. The catalog is public
+metadata, so none of it costs budget or reads a row. The probes SQLAlchemy makes when
+it connects (server version, default schema, isolation level, ping) are answered here
+without sending any SQL, and commit/rollback do nothing (a rollback never refunds
+budget). The backend connection is never exposed: the DB-API connection SQLAlchemy
+pools is a :class:`dpsql.dbapi.Connection`.
 
 Registered by the entry point ``"dpsql.duckdb" =
 "dpsql.sqlalchemy_dialect:DpsqlDuckDBDialect"``, or by hand:
@@ -43,6 +49,7 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import types as sqltypes
 from sqlalchemy.engine import default
+from sqlalchemy.sql import compiler
 
 import dpsql
 from dpsql import dbapi as _dbapi
@@ -58,10 +65,47 @@ CATALOG_TYPES: dict[str, type[sqltypes.TypeEngine]] = {
     "timestamp": sqltypes.DateTime,
 }
 
+#: The one schema reflection reports (DuckDB's default); the catalog's tables live in it.
+SCHEMA = "main"
+
 _FLOAT_KEYS = ("epsilon", "delta", "alpha")
 _INT_KEYS = ("max_groups", "max_rows")
 _STR_KEYS = ("catalog", "ledger", "analyst")
 _BUDGET_KEYS = ("budget_epsilon", "budget_delta")
+
+
+def _writes_refused(what: str) -> sa_exc.CompileError:
+    return sa_exc.CompileError(
+        f"writes are not allowed: dpsql answers aggregate SELECT queries privately and "
+        f"never changes the database ({what} refused before anything was sent; nothing "
+        "was charged)")
+
+
+class DpsqlCompiler(compiler.SQLCompiler):
+    """SQLAlchemy's SQL compiler, refusing INSERT, UPDATE and DELETE as it compiles them.
+
+    So ``DataFrame.to_sql`` (one row or many, ``method="multi"`` included) and ORM
+    flushes fail with "writes are not allowed" before any SQL is sent, not with a
+    message about epsilon, budgets or ``executemany``.
+    """
+
+    def visit_insert(self, insert_stmt, *args, **kw):
+        raise _writes_refused(f"INSERT INTO {getattr(insert_stmt.table, 'name', 'a table')}")
+
+    def visit_update(self, update_stmt, *args, **kw):
+        raise _writes_refused(f"UPDATE {getattr(update_stmt.table, 'name', 'a table')}")
+
+    def visit_delete(self, delete_stmt, *args, **kw):
+        raise _writes_refused(f"DELETE FROM {getattr(delete_stmt.table, 'name', 'a table')}")
+
+
+class DpsqlDDLCompiler(compiler.DDLCompiler):
+    """Refuses every DDL statement (CREATE/DROP TABLE, indexes, ...) as it compiles."""
+
+    def process(self, obj, **kwargs):
+        words = re.sub(r"(?<!^)(?=[A-Z])", " ", type(obj).__name__).upper()  # CREATE TABLE
+        target = getattr(getattr(obj, "element", None), "name", None)
+        raise _writes_refused(f"{words} {target}" if isinstance(target, str) else words)
 
 
 class DpsqlDuckDBDialect(default.DefaultDialect):
@@ -69,6 +113,8 @@ class DpsqlDuckDBDialect(default.DefaultDialect):
 
     name = "dpsql"
     driver = "duckdb"
+    statement_compiler = DpsqlCompiler
+    ddl_compiler = DpsqlDDLCompiler
     # Statements compile with SQLAlchemy's generic compiler and no per-dialect state, so
     # caching compiled forms is safe.
     supports_statement_cache = True
@@ -108,6 +154,14 @@ class DpsqlDuckDBDialect(default.DefaultDialect):
                 f"unknown dpsql URL parameter(s) {', '.join(unknown)}; known: "
                 + ", ".join(sorted(known))
             )
+        if url.host or url.port or url.username or url.password:
+            # dpsql+duckdb://pums.duckdb: SQLAlchemy reads pums.duckdb as a host and no
+            # database at all, which must not become an empty in-memory database
+            raise sa_exc.ArgumentError(
+                f"{url.drivername}://{url.host or ''} names a host "
+                f"({url.host!r}), not a file: a DuckDB file comes after three slashes, "
+                f"{url.drivername}:///{url.host or 'file.duckdb'} (relative) or "
+                f"{url.drivername}:////absolute/path.duckdb")
         if "catalog" not in query and not os.environ.get(CATALOG_ENV):
             raise sa_exc.ArgumentError("a dpsql URL needs ?catalog=/path/to/catalog.yaml")
         args: dict[str, Any] = {"database": url.database or ":memory:"}
@@ -134,8 +188,8 @@ class DpsqlDuckDBDialect(default.DefaultDialect):
     def _get_server_version_info(self, connection) -> tuple[int, ...]:
         return tuple(int(x) for x in re.findall(r"\d+", dpsql.__version__)[:3])
 
-    def _get_default_schema_name(self, connection) -> None:
-        return None
+    def _get_default_schema_name(self, connection) -> str:
+        return SCHEMA
 
     def get_isolation_level(self, dbapi_connection) -> str:
         return "AUTOCOMMIT"
@@ -179,17 +233,24 @@ class DpsqlDuckDBDialect(default.DefaultDialect):
 
     def _table(self, connection, table_name: str, schema: str | None):
         catalog = self._catalog(connection)
-        if schema is not None or not catalog.has_table(table_name):
+        if not _our_schema(schema) or not catalog.has_table(table_name):
             raise sa_exc.NoSuchTableError(table_name)
         return catalog.table(table_name)
 
+    def get_schema_names(self, connection, **kw) -> list[str]:
+        """One schema, ``main`` (DuckDB's default), holding the catalog's tables."""
+        return [SCHEMA]
+
+    def has_schema(self, connection, schema_name, **kw) -> bool:
+        return _our_schema(schema_name)
+
     def get_table_names(self, connection, schema=None, **kw) -> list[str]:
-        if schema is not None:
+        if not _our_schema(schema):
             return []
         return sorted(self._catalog(connection).tables)
 
     def has_table(self, connection, table_name, schema=None, **kw) -> bool:
-        return schema is None and self._catalog(connection).has_table(table_name)
+        return _our_schema(schema) and self._catalog(connection).has_table(table_name)
 
     def get_columns(self, connection, table_name, schema=None, **kw) -> list[dict]:
         table = self._table(connection, table_name, schema)
@@ -253,6 +314,11 @@ class DpsqlDuckDBDialect(default.DefaultDialect):
 
     def get_view_definition(self, connection, view_name, schema=None, **kw):
         raise sa_exc.NoSuchTableError(view_name)
+
+
+def _our_schema(schema: str | None) -> bool:
+    """Whether ``schema`` names the catalog's tables: none given, or ``main``."""
+    return schema is None or (isinstance(schema, str) and schema.lower() == SCHEMA)
 
 
 def _number(key: str, text: str, kind: type) -> Any:

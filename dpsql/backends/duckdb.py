@@ -1,10 +1,30 @@
 """DuckDB, embedded: the default backend.
 
-dpsql opens its own connection with the least rights DuckDB offers: read-only, with
-``enable_external_access = false`` (no files, no network, no extensions), no Python
-replacement scans, and the configuration locked so the rewritten SQL cannot change it.
+dpsql opens its own connection with the least rights DuckDB offers: the data file
+attached read-only, with ``enable_external_access = false`` (no files, no network, no
+extensions), no Python replacement scans, no extension autoloading, no progress bar,
+and the configuration locked so the rewritten SQL cannot change it.
 When handed an open ``DuckDBPyConnection`` it works on a cursor of it (same database, its
 own state) and cannot lock that connection's settings; prefer a path for deployments.
+
+**Its own DuckDB instance.** DuckDB shares one database instance per file among the
+connections of a process, and refuses a second connection whose configuration differs
+("Can't open a connection to same database file with a different configuration"). So a
+data owner's own ``duckdb.connect('pums.duckdb', read_only=True)`` and dpsql's
+locked-down connection could not both be open in one process (a notebook). dpsql
+therefore never opens the file through that shared instance: it starts an in-memory
+instance of its own (external access still on, extension autoloading off), attaches the
+file ``READ_ONLY`` (``TYPE duckdb``, by its absolute path, so no ``s3://`` or ``md:``
+prefix can be read into it), makes it the default database, detaches the in-memory one,
+and only then switches external access off and locks the configuration. Nothing runs on
+it in between, so the analyst's SQL only ever meets the locked instance. The result has
+every protection of the old ``connect(path, read_only=True, config=_LOCKED)``: the data
+file is read-only, files, network and extensions are refused, settings are locked; like
+before, only ``TEMP`` objects are writable (and dpsql runs nothing but output-checked
+SELECTs). DuckDB keeps a process-wide registry of attached files: read-only attachments
+coexist (the owner's read-only connection, in either order), while a writer (the owner's
+read-write connection, or :func:`dpsql.datasets.load_pums`) and dpsql's attachment
+exclude each other with a clear error, never a stale read.
 
 One statement, bound not executed: every SQL text is first split by DuckDB's own parser
 (``extract_statements``) and must be exactly one SELECT. The pre-charge check binds that
@@ -12,10 +32,18 @@ one statement into a lazy relation (names and types, nothing runs) and plans it
 (``EXPLAIN`` of the bound relation: constant folding, nothing runs); only ``execute``
 runs it. DuckDB has no per-statement timeout, so none is set. Engine error texts go to
 the owner's log (:mod:`dpsql.backends._boundary`), never to the analyst.
+
+**Cancelling.** DuckDB looks for Ctrl-C only between the tasks it runs on the calling
+thread, so a long query could keep running for many seconds after it. When called from
+the main thread, ``execute`` runs the query on a worker thread and waits in Python; a
+``KeyboardInterrupt`` (Ctrl-C, a notebook's interrupt, ``_thread.interrupt_main``) then
+interrupts DuckDB at once (``interrupt()``, which stops every worker) and raises
+:class:`~dpsql.errors.QueryCancelled`, as does DuckDB's own interrupt error.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -24,11 +52,32 @@ from sqlglot import exp
 
 from dpsql.backends import _boundary
 from dpsql.backends.base import Backend
-from dpsql.errors import BackendError
+from dpsql.errors import BackendError, QueryCancelled
 from dpsql.limits import Limits
 
+#: The configuration dpsql's DuckDB instance ends up with (a connection opened with it,
+#: read-only, can share an in-memory instance's settings in tests).
 _LOCKED = {"enable_external_access": False, "python_enable_replacements": False,
            "lock_configuration": True}
+#: Set when dpsql's own instance starts (before the file is attached): nothing may be
+#: installed or loaded behind dpsql's back, and nothing replaces a table by a Python object.
+_START = {"python_enable_replacements": False, "autoinstall_known_extensions": False,
+          "autoload_known_extensions": False}
+#: Session settings of dpsql's connection: no progress bar printed into the caller's
+#: output on long queries.
+_SESSION = ("SET enable_progress_bar = false", "SET enable_progress_bar_print = false")
+#: Statements that lock dpsql's instance down, run last.
+_LOCK = ("SET enable_external_access = false", "SET lock_configuration = true")
+
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_RESERVED_ALIASES = {"memory", "system", "temp", "main"}
+
+#: Why an open failed, in words the analyst may see (the engine's text goes to the log).
+_IN_USE = ("it is open for writing in this Python process (a duckdb.connect(...) without "
+           "read_only=True, or load_pums running): close that connection, or open it "
+           "with duckdb.connect(path, read_only=True), which can stay open beside dpsql")
+_LOCKED_BY_OTHER = ("another process has it open for writing (DuckDB allows one writer "
+                    "and no readers beside it): close that process's connection")
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
@@ -49,23 +98,64 @@ class DuckDBBackend(Backend):
         if isinstance(database, duckdb.DuckDBPyConnection):
             self._con = database.cursor()
             self.name = "duckdb connection"
+            try:  # the caller's instance may have locked its settings: then keep them
+                for statement in _SESSION:
+                    self._con.execute(statement)
+            except duckdb.Error:
+                pass
         elif str(database) == ":memory:":
-            self._con = duckdb.connect(":memory:", config=dict(_LOCKED))
+            self._con = duckdb.connect(":memory:", config=dict(_START))
+            for statement in (*_SESSION, *_LOCK):
+                self._con.execute(statement)
             self.name = ":memory:"
         else:
-            path = Path(database)
-            if not path.exists():
-                raise BackendError(f"DuckDB database file {str(path)!r} does not exist")
-            failure = None
-            try:
-                self._con = duckdb.connect(str(path), read_only=True, config=dict(_LOCKED))
-            except duckdb.Error as exc:
-                failure = exc
-            if failure is not None:
-                raise _boundary.open_failed(f"DuckDB database {str(path)!r}", failure)
-            self.name = str(path)
+            self._con = self._open_file(Path(database))
+            self.name = str(database)
         self._lock = threading.Lock()
         self._collations: dict[str, set[str]] = {}
+
+    @staticmethod
+    def _open_file(path: Path) -> duckdb.DuckDBPyConnection:
+        """dpsql's own instance with ``path`` attached read-only (see the module docstring).
+
+        Raises:
+            BackendError: the file does not exist, is no DuckDB file, or is open for
+                writing (in this process or another one); the message says what to close.
+        """
+        if not path.exists():
+            raise BackendError(f"DuckDB database file {str(path)!r} does not exist")
+        absolute = path.expanduser().resolve()
+        if not path.is_file() or any(ord(c) < 32 or c in "\x7f" for c in str(absolute)):
+            raise BackendError(f"{str(path)!r} is not a DuckDB database file")
+        alias = path.stem if _PLAIN.fullmatch(path.stem) and \
+            path.stem.lower() not in _RESERVED_ALIASES else "dpsql_database"
+        failure = None
+        con = None
+        try:
+            con = duckdb.connect(":memory:", config={
+                **_START, "temp_directory": str(absolute) + ".tmp"})
+            con.execute(f"ATTACH {_literal(str(absolute))} AS {_quote(alias)} "
+                        "(READ_ONLY, TYPE duckdb)")
+            con.execute(f"USE {_quote(alias)}")
+            con.execute("DETACH memory")
+            for statement in (*_SESSION, *_LOCK):
+                con.execute(statement)
+            return con
+        except duckdb.Error as exc:
+            failure = exc
+        if con is not None:
+            con.close()
+        if isinstance(failure, duckdb.ResourceInUseException):
+            reason = _IN_USE
+        elif isinstance(failure, duckdb.IOException) and "lock" in str(failure).lower():
+            reason = _LOCKED_BY_OTHER
+        else:  # the engine's text to the owner's log, a fixed message to the caller
+            raise _boundary.open_failed(f"DuckDB database {str(path)!r}", failure)
+        _boundary.log_failure(f"DuckDB database {str(path)!r}", "opening the connection",
+                              failure)
+        err = BackendError(f"cannot open DuckDB database {str(path)!r}: {reason}")
+        err.charged = False
+        raise err
 
     # -- metadata ---------------------------------------------------------------------------
 
@@ -186,16 +276,62 @@ class DuckDBBackend(Backend):
 
     def execute(self, expression: exp.Expression) -> tuple[list[str], list[tuple]]:
         sql = self.to_sql(expression)
-        failure = None
         with self._lock:
             statement = self._one_select(sql, "execute")
+            if threading.current_thread() is threading.main_thread():
+                outcome = self._run_interruptible(statement)
+            else:  # no KeyboardInterrupt reaches another thread: run it here
+                outcome = self._run(statement)
+        if isinstance(outcome, BaseException):
+            if isinstance(outcome, duckdb.InterruptException) or (
+                    type(outcome) is RuntimeError and str(outcome) == "Query interrupted"):
+                raise QueryCancelled()  # interrupted by someone else, or DuckDB's own check
+            raise _boundary.run_failed(self.name, outcome, sql)
+        return outcome
+
+    def _run(self, statement) -> tuple[list[str], list[tuple]] | BaseException:
+        """Runs one statement; returns (columns, rows), or the exception it raised."""
+        try:
+            cur = self._con.execute(statement)
+            return [d[0] for d in cur.description], cur.fetchall()
+        except (duckdb.Error, RuntimeError) as exc:
+            return exc
+
+    def _run_interruptible(self, statement):
+        """:meth:`_run` on a worker thread while this (main) thread waits for it.
+
+        A ``KeyboardInterrupt`` while waiting interrupts DuckDB, waits for the worker to
+        stop (DuckDB stops within milliseconds) and raises :class:`QueryCancelled`.
+        """
+        box: list = []
+        done = threading.Event()
+
+        def work() -> None:
             try:
-                cur = self._con.execute(statement)
-                columns = [d[0] for d in cur.description]
-                return columns, cur.fetchall()
-            except duckdb.Error as exc:
-                failure = exc
-        raise _boundary.run_failed(self.name, failure, sql)
+                box.append(self._run(statement))
+            finally:
+                done.set()
+
+        # an Event, not Thread.join: a join interrupted by KeyboardInterrupt marks the
+        # thread as stopped while it still runs (CPython before 3.13)
+        threading.Thread(target=work, name="dpsql-duckdb-query", daemon=True).start()
+        try:
+            # a timed wait: _thread.interrupt_main() sets Python's flag without a signal,
+            # so an untimed one would not notice it until the query ended
+            while not done.wait(0.05):
+                pass
+        except BaseException as exc:  # Ctrl-C, or SystemExit: never leave it running
+            self._con.interrupt()
+            while True:
+                try:
+                    if done.wait(0.05):
+                        break
+                except KeyboardInterrupt:  # a second Ctrl-C
+                    self._con.interrupt()
+            if isinstance(exc, KeyboardInterrupt):
+                raise QueryCancelled() from None
+            raise
+        return box[0]
 
     def close(self) -> None:
         with self._lock:

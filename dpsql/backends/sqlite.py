@@ -39,7 +39,7 @@ from sqlglot import exp
 
 from dpsql.backends import _boundary, dialects
 from dpsql.backends._sqlalchemy import SQLAlchemyBackend
-from dpsql.errors import BackendError
+from dpsql.errors import BackendError, QueryCancelled
 from dpsql.limits import Limits
 
 #: PRAGMAs dpsql reads once its connection is set up (metadata, and SQLAlchemy's
@@ -57,10 +57,19 @@ class _Guard:
     def __init__(self):
         self.deadline: float | None = None
         self.query_only = False
+        self.timed_out = False
 
     def interrupt(self) -> bool:
-        """The progress handler: True stops the running statement."""
-        return self.deadline is not None and time.monotonic() > self.deadline
+        """The progress handler: True stops the running statement.
+
+        Ctrl-C also stops it here: Python raises ``KeyboardInterrupt`` inside this
+        callback, which ``sqlite3`` swallows and turns into an "interrupted" error, so
+        ``timed_out`` tells the two apart.
+        """
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.timed_out = True
+            return True
+        return False
 
 
 def _authorizer(guard: _Guard, action, arg1, arg2, dbname, source):
@@ -287,7 +296,15 @@ class SQLiteBackend(SQLAlchemyBackend):
         return self._inferred_types(expression)
 
     def _run(self, conn, sql: str):
-        return self._guarded(conn, sql)
+        self._guard.timed_out = False
+        try:
+            return self._guarded(conn, sql)
+        except sa.exc.OperationalError as exc:
+            # SQLite's fixed text for SQLITE_INTERRUPT (no data in it): stopped, and not
+            # by the timeout, so by Ctrl-C in the progress handler
+            if str(getattr(exc, "orig", "")) == "interrupted" and not self._guard.timed_out:
+                raise QueryCancelled() from None
+            raise
 
 
 def _quote(name: str) -> str:

@@ -1,0 +1,153 @@
+"""Cancelling a running query: a DpsqlError, the charge kept, the ledger says so.
+
+The slow query is a self-join on the user key of a table with two users of 200,000 rows
+each: 8·10¹⁰ joined rows, far more than any test waits for, so only a cancel ends it.
+"""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+
+import duckdb
+import pytest
+
+import dpsql
+import dpsql.dbapi
+from dpsql.errors import QueryCancelled
+
+SLOW_SQL = "SELECT COUNT(*) FROM t a JOIN t b ON a.uid = b.uid AND a.x <> b.x"
+CATALOG = {"dataset": "slow", "tables": {"t": {"user_key": "uid", "columns": {
+    "uid": {"type": "int"}, "x": {"type": "int", "lower": 0, "upper": 99}}}}}
+
+
+@pytest.fixture(scope="module")
+def slow_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("slow") / "slow.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE t AS SELECT i % 2 AS uid, i % 100 AS x FROM range(400000) r(i)")
+    con.close()
+    return path
+
+
+def _interrupt_when_charged(ledger, backend) -> list[threading.Timer]:
+    """Ctrl-C (as the main thread sees it) once the query is charged and running; a
+    watchdog stops the query directly after 60 s, so a broken cancel fails the test
+    instead of hanging it."""
+    def interrupt() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if any(e["outcome"] == "charged" for e in ledger.log()):
+                time.sleep(0.3)  # the database is reading
+                break
+            time.sleep(0.05)
+        _thread.interrupt_main()
+
+    timers = [threading.Timer(0.0, interrupt),
+              threading.Timer(60, lambda: backend._con.interrupt())]
+    for t in timers:
+        t.daemon = True
+        t.start()
+    return timers
+
+
+def test_ctrl_c_during_a_query_raises_query_cancelled_and_keeps_the_charge(slow_file):
+    conn = dpsql.connect(slow_file, catalog=CATALOG, budget=(10, 1e-5), ledger=":memory:")
+    timers = _interrupt_when_charged(conn._ledger, conn._backend)
+    start = time.monotonic()
+    with pytest.raises(QueryCancelled) as info:
+        conn.execute(SLOW_SQL, epsilon=1.0)
+    elapsed = time.monotonic() - start
+    for t in timers:
+        t.cancel()
+    assert elapsed < 20, f"the query ran {elapsed:.1f} s, long after Ctrl-C"
+    err = info.value
+    assert isinstance(err, dpsql.DpsqlError) and err.charged
+    assert "charge is kept" in str(err)
+    assert conn.budget.spent == (1.0, 0.0)
+    entry = conn._ledger.log()[0]
+    assert (entry["outcome"], entry["epsilon"], entry["sql"]) == ("cancelled", 1.0, SLOW_SQL)
+    # the connection is usable afterwards
+    assert len(conn.execute("SELECT COUNT(*) FROM t", epsilon=0.5).rows) == 1
+    conn.close()
+
+
+def test_dbapi_maps_a_cancel_to_operational_error(slow_file):
+    con = dpsql.dbapi.connect(slow_file, CATALOG, budget=(10, 1e-5), ledger=":memory:",
+                              epsilon=0.5)
+    cur = con.cursor()
+    timers = _interrupt_when_charged(con._conn._ledger, con._conn._backend)
+    with pytest.raises(dpsql.dbapi.OperationalError) as info:
+        cur.execute(SLOW_SQL)
+    for t in timers:
+        t.cancel()
+    assert isinstance(info.value, QueryCancelled)
+    assert con.budget.spent == (0.5, 0.0)
+    con.close()
+
+
+def test_keyboard_interrupt_after_the_charge_is_a_cancel(connect, monkeypatch):
+    conn = connect()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("dpsql.engine.add_noise", interrupted)
+    with pytest.raises(QueryCancelled) as info:
+        conn.execute("SELECT COUNT(*) FROM pums", epsilon=0.25)
+    assert info.value.charged
+    assert conn.budget.spent == (0.25, 0.0)
+    assert conn._ledger.log()[0]["outcome"] == "cancelled"
+
+
+def test_keyboard_interrupt_before_the_charge_spends_nothing(connect, monkeypatch):
+    conn = connect()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("dpsql.engine.validate", interrupted)
+    with pytest.raises(QueryCancelled) as info:
+        conn.execute("SELECT COUNT(*) FROM pums", epsilon=0.25)
+    assert not info.value.charged
+    assert "before anything was charged" in str(info.value)
+    assert conn.budget.spent == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("error", [duckdb.InterruptException("INTERRUPT Error: Interrupted!"),
+                                   RuntimeError("Query interrupted")])
+def test_duckdb_interrupt_errors_are_a_cancel(connect, monkeypatch, error):
+    """DuckDB's own interrupt (another thread's ``interrupt()``, or its check for Ctrl-C)
+    is a cancel too, never a bare RuntimeError or a 'failed' query."""
+    conn = connect()
+    monkeypatch.setattr(type(conn._backend), "_run", lambda self, statement: error)
+    with pytest.raises(QueryCancelled):
+        conn.execute("SELECT COUNT(*) FROM pums_dup", epsilon=0.25)
+    assert conn.budget.spent == (0.25, 0.0)
+    assert conn._ledger.log()[0]["outcome"] == "cancelled"
+
+
+def test_ctrl_c_during_an_sqlite_query_is_a_cancel(tmp_path):
+    """SQLite's progress handler swallows the KeyboardInterrupt and stops the statement
+    ("interrupted"); not the owner's timeout, so it is a cancel."""
+    import sqlite3
+
+    path = tmp_path / "slow.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (uid INTEGER NOT NULL, x INTEGER NOT NULL)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", ((i % 2, i % 100) for i in range(100000)))
+    con.commit()
+    con.close()
+    conn = dpsql.connect(f"sqlite:///{path}", catalog=CATALOG, budget=(10, 1e-5),
+                         ledger=":memory:")
+    timers = _interrupt_when_charged(conn._ledger, None)
+    timers[1].cancel()  # no DuckDB here: the timeout of the test run is the watchdog
+    start = time.monotonic()
+    with pytest.raises(QueryCancelled):
+        conn.execute(SLOW_SQL, epsilon=1.0)
+    timers[0].cancel()
+    assert time.monotonic() - start < 20
+    assert conn.budget.spent == (1.0, 0.0)
+    assert conn._ledger.log()[0]["outcome"] == "cancelled"
+    conn.close()
