@@ -299,6 +299,8 @@ class Connection:
             alpha=alpha,
             split=_split(plan, alpha),
             notes=tuple(plan.notes),
+            intervals=answer.intervals,
+            noisy=answer.noisy,
         )
 
     def explain(
