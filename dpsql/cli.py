@@ -176,10 +176,13 @@ def _format_result(res, fmt: str) -> str:
     if fmt == "csv":
         import pandas as pd
 
+        # the error bars, the level and the cost as ordinary columns (every CSV reader
+        # takes them; comment lines would break most): Result.error_table(cost=True)
+        columns, rows = res.error_table(cost=True)
         # one line per row, and nothing a terminal would act on
         df = pd.DataFrame.from_records(
-            [tuple(escape(v) if isinstance(v, str) else v for v in row) for row in res.rows],
-            columns=[escape(c) for c in res.columns])
+            [tuple(escape(v) if isinstance(v, str) else v for v in row) for row in rows],
+            columns=[escape(c) for c in columns])
         return df.to_csv(index=False).rstrip("\n")
     if fmt == "json":
         import json

@@ -154,7 +154,7 @@ def _avg(cell: Cell, total: float, count: float) -> float:
     # AVG = m + SUM(x - m) / COUNT(x); a noisy count below 1 is read as 1, and the
     # result is clamped to the value bounds (both post-processing).
     value = cell.center + total / max(count, 1)
-    return min(max(value, cell.lower), cell.upper)
+    return float(min(max(value, cell.lower), cell.upper))
 
 
 VARIANCES = ("var_pop", "var_samp", "std_pop", "std_samp")
@@ -448,8 +448,8 @@ def _cell_interval(cell: Cell, rid: int, noisy: NoisyGroups, cells, widths, plan
         for c in (count - hc, count + hc)
     ]
     return (
-        min(max(min(candidates), cell.lower), cell.upper),
-        min(max(max(candidates), cell.lower), cell.upper),
+        float(min(max(min(candidates), cell.lower), cell.upper)),
+        float(min(max(max(candidates), cell.lower), cell.upper)),
     )
 
 

@@ -23,9 +23,10 @@ def _fmt(value: Any, width: float | None = None,
     With a finite, positive half-width ``w`` the value is rounded to the unit of the
     second significant digit of ``w`` (``49391.03 ± 6834.9`` shows as
     ``49,400 ± 6,900``); ``w`` itself is rounded up to two significant digits, so the
-    bar shown is never narrower than the one computed. When bounds cut the interval
-    (``interval`` is not ``value ± w``), it is shown as ``[low, high]`` instead, its
-    ends rounded outwards (``0 [0, 6]`` for a count released as 0). Without an error
+    bar shown is never narrower than the one computed. When the interval is not
+    ``value ± w`` at the precision shown (bounds cut it, or interval arithmetic made
+    it asymmetric, as for an AVG), it is shown as ``[low, high]`` instead, its ends
+    rounded outwards (``0 [0, 6]`` for a count released as 0). Without an error
     bar, or with ``w`` 0 or infinite, the value is shown as before (two decimals).
     """
     if width is None or isinstance(value, bool) or not isinstance(value, int | float):
@@ -48,7 +49,7 @@ def _fmt(value: Any, width: float | None = None,
         unit = 10.0 ** exponent
     decimals = max(0, -exponent)
 
-    def num(x: float, how=round) -> str:
+    def num(x: float, how=_round) -> str:
         return f"{how(x / unit) * unit:,.{decimals}f}"
 
     text = num(value)
@@ -59,6 +60,11 @@ def _fmt(value: Any, width: float | None = None,
         if (cut_low or cut_high) and math.isfinite(low) and math.isfinite(high):
             return f"{text} [{num(low, math.floor)}, {num(high, math.ceil)}]"
     return f"{text} ± {num(width, math.ceil)}"
+
+
+def _round(x: float) -> int:
+    """Rounds half away from zero (``round`` rounds 1234.5 to the even 1234)."""
+    return int(math.copysign(math.floor(abs(x) + 0.5), x))
 
 
 def _plain(value: Any) -> str:
@@ -189,7 +195,9 @@ class Result:
         """The confidence level of the error bars, ``1 − alpha`` (e.g. 0.95)."""
         return round(1 - self.alpha, 12)
 
-    def _noisy(self) -> list[bool]:
+    @property
+    def noisy_columns(self) -> list[bool]:
+        """Per column whether it carries an error bar (gets an ``_error`` column)."""
         if len(self.noisy) == len(self.columns):
             return list(self.noisy)
         return [any(acc[i] is not None for acc in self.accuracy)
@@ -222,7 +230,7 @@ class Result:
         (['sex', 'n', 'n_error', 'confidence'], [(0, 486, 6, 0.95), (1, 508, 6, 0.95)])
         """
         extra = (LEVEL_COLUMN, "epsilon", "delta") if cost else (LEVEL_COLUMN,)
-        layout = error_layout(list(self.columns), self._noisy(), extra)
+        layout = error_layout(list(self.columns), self.noisy_columns, extra)
         consts = {LEVEL_COLUMN: self.confidence, "epsilon": float(self.cost[0]),
                   "delta": float(self.cost[1])}
         rows = []
@@ -282,8 +290,9 @@ class Result:
         return (
             _table(list(self.columns), self._body())
             + f"\n({len(self.rows)} rows; ± is the {conf} interval half-width, [low, high] "
-            f"the {conf} interval where the bounds cut it; values rounded to their error "
-            f"bars; spent epsilon={self.cost[0]:g}, delta={self.cost[1]:g})"
+            f"the {conf} interval where bounds cut it or it is not symmetric; values "
+            f"rounded to their error bars; spent epsilon={self.cost[0]:g}, "
+            f"delta={self.cost[1]:g})"
         )
 
     __repr__ = __str__
@@ -292,8 +301,9 @@ class Result:
         """Notebook display: each value with its ± error bar, the cost and confidence."""
         conf = f"{100 * (1 - self.alpha):g}%"
         footer = (f"{len(self.rows)} rows; ± is the {conf} confidence interval half-width, "
-                  f"[low, high] the {conf} interval where the bounds cut it; values rounded "
-                  f"to their error bars; spent ε = {self.cost[0]:g}, δ = {self.cost[1]:g}")
+                  f"[low, high] the {conf} interval where bounds cut it or it is not symmetric; "
+                  f"values rounded to their error bars; spent ε = {self.cost[0]:g}, "
+                  f"δ = {self.cost[1]:g}")
         notes = "".join(f"<li>{html.escape(escape(n))}</li>" for n in self.notes)
         return ('<div class="dpsql-result">' + _html_table(list(self.columns), self._body())
                 + f"<p><small>{html.escape(footer)}</small></p>"
