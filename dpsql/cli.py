@@ -191,6 +191,8 @@ def _format_result(res, fmt: str) -> str:
             "columns": res.columns,
             "rows": [list(r) for r in res.rows],
             "accuracy": [list(a) for a in res.accuracy],
+            "intervals": [[None if i is None else list(i) for i in row]
+                          for row in res.intervals],
             "confidence": 1 - res.alpha,
             "cost": {"epsilon": res.cost[0], "delta": res.cost[1]},
         }, default=str)
