@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 import duckdb
 import pyarrow as pa
@@ -398,7 +399,7 @@ def _error_bar(plan, out, value, rid, noisy, cells, alpha):
         if cell.name in out.cells:
             env[cell.name] = _cell_interval(cell, rid, noisy, cells, widths, plan, level)
     low, high = _Intervals(env).visit(out.expr)
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
         return None, None  # e.g. a CASE over aggregates that answers text
     value = float(value)
     if math.isnan(value):

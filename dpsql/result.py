@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from dpsql.text import escape
@@ -29,6 +30,8 @@ def _fmt(value: Any, width: float | None = None,
     rounded outwards (``0 [0, 6]`` for a count released as 0). Without an error
     bar, or with ``w`` 0 or infinite, the value is shown as before (two decimals).
     """
+    if isinstance(value, Decimal):  # DuckDB's answer to e.g. COUNT(*) * 1.5
+        value = float(value)
     if width is None or isinstance(value, bool) or not isinstance(value, int | float):
         return _plain(value)
     if not (isinstance(width, int | float) and math.isfinite(width) and width > 0

@@ -181,3 +181,13 @@ def test_rows_keep_full_precision_while_the_display_rounds():
     assert res.rows[0][1] == 49391.026369168365
     assert res.df["x"][0] == 49391.026369168365 and res.df["x_error"][0] == 6834.9
     assert "49,400 ± 6,900" in str(res) and "49,400 ± 6,900" in res._repr_html_()
+
+
+def test_a_decimal_output_keeps_its_error_bar():
+    # DuckDB answers BIGINT * 1.5 with a DECIMAL: it still gets its half-width
+    plan, ans = answer("SELECT COUNT(*) * 1.5 AS x FROM pums", [[100]])
+    w = stat_half_width(plan, plan.stats[0].name, 0.05)
+    (value,), (width,), ((low, high),) = ans.rows[0], ans.accuracy[0], ans.intervals[0]
+    assert float(value) == 150 and width == pytest.approx(1.5 * w)
+    assert (low, high) == pytest.approx((1.5 * (100 - w), 1.5 * (100 + w)))
+    assert _fmt(value, width, (low, high)).startswith("150")
