@@ -232,3 +232,19 @@ def test_cli_csv_carries_error_columns_and_cost(pums_file, tmp_path):
     df = pd.read_csv(io.StringIO(out.stdout))  # and pandas reads it as it is
     assert list(df.columns) == COLUMNS + ["epsilon", "delta"] and len(df) == 2
     assert not math.isnan(df["avg_income"][0])
+
+
+def test_sqlalchemy_core_rows_carry_the_error_columns_by_name(url, cursors):
+    engine = sa.create_engine(url(error_columns="true"))
+    try:
+        pums = sa.Table("pums", sa.MetaData(), autoload_with=engine)
+        with engine.connect() as conn:
+            rows = conn.execute(sa.select(pums.c.sex, sa.func.count().label("n"))
+                                .group_by(pums.c.sex)).all()
+            total = conn.execute(sa.select(sa.func.count()).select_from(pums)).scalar()
+    finally:
+        engine.dispose()
+    result = [c.result for c in cursors if c.result is not None][-2]
+    assert [(r.sex, r.n, r.n_error, r.confidence) for r in rows] == [
+        (*row, acc[1], 0.95) for row, acc in zip(result.rows, result.accuracy, strict=True)]
+    assert total >= 0  # the first column is still the value
