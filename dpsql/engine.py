@@ -24,6 +24,7 @@ from typing import Any
 
 import duckdb
 
+from dpsql.accuracy import predict_outputs, selection_note, selection_summary, statistic_feeds
 from dpsql.analyze import Plan, analyze
 from dpsql.backends import Backend, open_backend
 from dpsql.bigquery_options import lift_dp_options
@@ -279,6 +280,10 @@ class Connection:
                 columns, rows = [k.name for k in plan.keys], []
             noisy = add_noise(plan, columns, rows)
             answer = postprocess(plan, noisy, alpha)
+            notes = tuple(plan.notes)
+            if plan.selection is not None:
+                # the number of released keys only: those below the threshold stay unsaid
+                notes = (selection_note(plan, len(noisy.keys), alpha), *notes)
         except DpsqlError as exc:
             self._ledger.finish(charge, "failed", type(exc).__name__)
             raise
@@ -298,7 +303,7 @@ class Connection:
             sql=backend.to_sql(expression),
             alpha=alpha,
             split=_split(plan, alpha),
-            notes=tuple(plan.notes),
+            notes=notes,
             intervals=answer.intervals,
             noisy=answer.noisy,
         )
@@ -313,7 +318,16 @@ class Connection:
         mechanism: str | None = None,
         alpha: float | None = None,
     ) -> Explanation:
-        """Shows the rewritten SQL, sensitivities, noise and predicted error; spends nothing."""
+        """Shows what a query would release and how accurately; spends nothing.
+
+        Per output column: what it is in the analyst's terms, which noisy statistics
+        feed it and its predicted error bar (:func:`dpsql.accuracy.predict_outputs`);
+        for keys from the data, the partition-selection threshold in users
+        (:func:`dpsql.accuracy.selection_summary`); the noisy statistics with their
+        sensitivities, budget shares and noise; the cost and the rewritten SQL. It runs
+        the same analysis as :meth:`execute` (same plan, split and threshold) and reads
+        only public information: the catalog, the parameters and the database schema.
+        """
         try:
             alpha = self._check_alpha(alpha)
             sql, epsilon, delta, max_groups, max_rows = _options(
@@ -321,18 +335,16 @@ class Connection:
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups,
                                                       max_rows, mechanism)
             sql_text = backend.to_sql(expression)
+            statistics = _split(plan, alpha)
+            selection = selection_summary(plan, alpha)
+            outputs = predict_outputs(plan, alpha)
         except DpsqlError:
             raise
         except Exception as exc:  # noqa: BLE001 - dpsql's own bug; spends nothing
             raise _internal(exc, "analysing") from None
-        selection = None
-        if plan.selection is not None:
-            eps, dlt = plan.selection.privacy_map()
-            selection = {"threshold": plan.selection.threshold, "epsilon": eps, "delta": dlt,
-                         "scale": plan.selection.noise.scale}
         return Explanation(
             sql=sql_text,
-            statistics=_split(plan, alpha),
+            statistics=statistics,
             partition_selection=selection,
             cost=plan.cost,
             max_groups=plan.max_groups,
@@ -340,6 +352,7 @@ class Connection:
             alpha=alpha,
             mechanism=plan.mechanism,
             rho=plan.rho,
+            outputs=outputs,
             notes=tuple(plan.notes),
         )
 
@@ -590,6 +603,7 @@ def _mechanism_name(stat) -> str:
 
 def _split(plan: Plan, alpha: float) -> list[dict]:
     out = []
+    feeds = statistic_feeds(plan)
     for s in plan.stats:
         out.append({
             "name": s.name,
@@ -601,6 +615,7 @@ def _split(plan: Plan, alpha: float) -> list[dict]:
             "mechanism": _mechanism_name(s),
             "scale": s.mechanism.scale,
             "half_width": stat_half_width(plan, s.name, alpha),
+            "feeds": feeds[s.name],
         })
     return out
 

@@ -74,7 +74,8 @@ _PART_SLOTS = {exp.Extract: "this", exp.TimestampTrunc: "unit", exp.DateTrunc: "
                exp.Interval: "unit"}
 #: Functions sqlglot does not model (kept as anonymous calls) that dpsql writes.
 FUNCTIONS = frozenset({
-    "hash", "dpsql_hash", "dpsql_fmod", "dpsql_utf8", "hashtextextended", "xxhash64",
+    "hash", "dpsql_hash", "dpsql_fmod", "dpsql_utf8", "datediff", "is_valid_utf8",
+    "hashtextextended", "xxhash64",
     "pg_input_is_valid",
     "try_add", "try_subtract", "try_multiply", "try_divide", "try_sum", "total", "div",
     "bround", "strftime", "date", "datetime",

@@ -317,14 +317,24 @@ class Result:
 class Explanation:
     """What a query would do and cost, computed without reading data or spending budget.
 
+    Everything in it comes from public information (the catalog's bounds, ε, δ, the
+    mechanism, the contribution bounds): it runs the same analysis as ``execute``, so
+    the split of the budget and the partition-selection threshold are the ones an
+    answer will use.
+
     Attributes:
         sql: the rewritten SQL.
-        statistics: per noisy statistic: name, what it computes, its per-group and
-            L1 sensitivity, its share of epsilon, the mechanism and its scale, and the
-            predicted half-width of its ``1 − alpha`` interval.
-        partition_selection: threshold and cost when keys come from the data.
+        statistics: per noisy statistic: ``name`` (its column in the rewritten SQL),
+            ``statistic`` (what it computes), ``feeds`` (the output columns it feeds),
+            ``linf`` and ``l1`` (how far one user can move it, in one group and over all
+            groups), its share of ``epsilon`` (or ``rho``), the ``mechanism`` and its
+            ``scale``, and ``half_width``, the ``1 − alpha`` half-width of its noise.
+        partition_selection: when keys come from the data, the threshold in users and
+            what it means (:func:`dpsql.accuracy.selection_summary`); else None.
         cost: the (epsilon, delta) the query would spend.
         max_groups, max_rows: the contribution bounds in force.
+        outputs: per output column, what it is and its predicted error bar
+            (:func:`dpsql.accuracy.predict_outputs`).
         notes: caveats.
     """
 
@@ -338,31 +348,72 @@ class Explanation:
     notes: tuple[str, ...] = ()
     mechanism: str = "laplace"
     rho: float | None = None
+    outputs: list[dict] = field(default_factory=list)
+
+    def _sections(self) -> list[tuple[str, Any]]:
+        """The content, in order: ``("title"|"text"|"table"|"pre"|"cost", payload)`` items.
+
+        Both renderings read these (and escape every string themselves).
+        """
+        conf = f"{100 * (1 - self.alpha):g}%"
+        share = "rho" if self.mechanism == "gaussian" else "epsilon"
+        parts: list[tuple[str, Any]] = []
+        if self.outputs:
+            parts.append(("title", f"Output columns (predicted ± at {conf} confidence):"))
+            parts.append(("table", (["column", "computed as", "from noisy", f"predicted ±{conf}"],
+                                    [[o["column"], o["expression"],
+                                      ", ".join(o["statistics"]) or "-", _predicted(o)]
+                                     for o in self.outputs])))
+            # what each data-dependent prediction means (a fixed ± speaks for itself)
+            meanings = [f"{o['column']}: {o['meaning']}" for o in self.outputs
+                        if o["role"] == "noisy" and o["half_width"] is None]
+            parts += [("text", m) for m in meanings]
+        if self.partition_selection:
+            from dpsql.accuracy import threshold_words
+
+            ps = self.partition_selection
+            keys = ", ".join(ps.get("keys") or ["the group keys"])
+            if "likely" in ps:
+                text = f"Keys of {keys} come from the data, so {threshold_words(ps)}."
+            else:
+                text = (f"Partition selection: keys need a noisy user count >= "
+                        f"{ps['threshold']} (epsilon={ps['epsilon']:.4g}, "
+                        f"delta={ps['delta']:g})")
+            parts += [("title", f"Partition selection: a key needs a noisy user count >= "
+                       f"{ps['threshold']:,}"), ("text", text)]
+        body = [[s["statistic"], ", ".join(s.get("feeds", ())) or "-", f"{s['linf']:g}",
+                 f"{s['l1']:g}",
+                 f"{(s['rho'] if share == 'rho' and s['rho'] is not None else s['epsilon']):.4g}",
+                 s["mechanism"], f"{s['scale']:.4g}", f"{s['half_width']:,.4g}", s["name"]]
+                for s in self.statistics]
+        parts += [
+            ("title", "Noisy statistics:"),
+            ("table", (["statistic", "feeds", "one user moves it by <= (per group, L∞)",
+                        "(all groups, L1)", share, "noise", "scale", f"±{conf}",
+                        "SQL column"], body)),
+            ("text", f"Contribution bounds: each user counts in at most max_groups="
+                     f"{self.max_groups} group(s), with at most max_rows={self.max_rows} "
+                     "row(s) in each"),
+            ("cost", (self.cost, self.rho)),
+        ]
+        parts += [("text", f"Note: {n}") for n in self.notes]
+        parts += [("title", "Rewritten SQL (what the backend runs):"), ("pre", self.sql)]
+        return parts
 
     def __str__(self) -> str:
-        conf = f"±{100 * (1 - self.alpha):g}%"
-        share = "rho" if self.mechanism == "gaussian" else "epsilon"
-        body = [[s["name"], s["statistic"], f"{s['linf']:g}", f"{s['l1']:g}",
-                 f"{(s['rho'] if share == 'rho' and s['rho'] is not None else s['epsilon']):.4g}",
-                 s["mechanism"], f"{s['scale']:.4g}",
-                 f"{s['half_width']:,.4g}"] for s in self.statistics]
-        parts = [
-            "Rewritten SQL:",
-            escape(self.sql),
-            "",
-            f"Contribution bounds: max_groups={self.max_groups}, max_rows={self.max_rows}",
-            "",
-            _table(["name", "statistic", "L∞", "L1", share, "mechanism", "scale", conf],
-                   body),
-        ]
-        if self.partition_selection:
-            ps = self.partition_selection
-            parts += ["", f"Partition selection: keys need a noisy user count >= "
-                      f"{ps['threshold']} (epsilon={ps['epsilon']:.4g}, delta={ps['delta']:g})"]
-        parts += ["", f"Cost: epsilon={self.cost[0]:g}, delta={self.cost[1]:g}"
-                  + (f" (zCDP rho={self.rho:.4g})" if self.rho is not None else "")]
-        parts += [f"Note: {escape(n)}" for n in self.notes]
-        return "\n".join(parts)
+        out: list[str] = []
+        previous = None
+        for kind, payload in self._sections():
+            if out and (kind == "title" or previous == "table"):
+                out.append("")
+            previous = kind
+            if kind == "cost":
+                (eps, dlt), rho = payload
+                out.append(f"Cost: epsilon={eps:g}, delta={dlt:g}"
+                           + (f" (zCDP rho={rho:.4g})" if rho is not None else ""))
+                continue
+            out.append(_table(*payload) if kind == "table" else escape(payload))
+        return "\n".join(out)
 
     __repr__ = __str__
 
@@ -371,25 +422,49 @@ class Explanation:
         def esc(text: str) -> str:
             return html.escape(escape(text))
 
-        conf = f"±{100 * (1 - self.alpha):g}%"
-        share = "rho" if self.mechanism == "gaussian" else "epsilon"
-        body = [[s["name"], s["statistic"], f"{s['linf']:g}", f"{s['l1']:g}",
-                 f"{(s['rho'] if share == 'rho' and s['rho'] is not None else s['epsilon']):.4g}",
-                 s["mechanism"], f"{s['scale']:.4g}",
-                 f"{s['half_width']:,.4g}"] for s in self.statistics]
-        parts = ['<div class="dpsql-explanation">',
-                 f"<p><b>Rewritten SQL</b></p><pre>{esc(self.sql)}</pre>",
-                 f"<p>Contribution bounds: max_groups={self.max_groups}, "
-                 f"max_rows={self.max_rows}</p>",
-                 _html_table(["name", "statistic", "L∞", "L1", share, "mechanism", "scale",
-                              conf], body)]
-        if self.partition_selection:
-            ps = self.partition_selection
-            parts.append(f"<p>Partition selection: keys need a noisy user count &gt;= "
-                         f"{esc(str(ps['threshold']))} (ε = {ps['epsilon']:.4g}, "
-                         f"δ = {ps['delta']:g})</p>")
-        rho = f" (zCDP ρ = {self.rho:.4g})" if self.rho is not None else ""
-        parts.append(f"<p><b>Cost</b>: ε = {self.cost[0]:g}, δ = {self.cost[1]:g}{rho}</p>")
-        parts += [f"<p>Note: {esc(n)}</p>" for n in self.notes]
+        parts = ['<div class="dpsql-explanation">']
+        for kind, payload in self._sections():
+            if kind == "table":
+                parts.append(_html_table(*payload))
+            elif kind == "title":
+                parts.append(f"<p><b>{esc(payload)}</b></p>")
+            elif kind == "cost":
+                (eps, dlt), rho = payload
+                rho_text = f" (zCDP ρ = {rho:.4g})" if rho is not None else ""
+                parts.append(f"<p><b>Cost</b>: ε = {eps:g}, δ = {dlt:g}{rho_text}</p>")
+            elif kind == "pre":
+                parts.append(f"<pre>{esc(payload)}</pre>")
+            else:
+                parts.append(f"<p>{esc(payload)}</p>")
         parts.append("</div>")
         return "".join(parts)
+
+
+def _num(x: float) -> str:
+    """A predicted half-width to three significant figures, with thousands separators."""
+    if not math.isfinite(x):
+        return "no bound"
+    if x == 0 or not 1e-3 <= abs(x) < 1e15:
+        return f"±{x:.3g}"
+    rounded = float(f"{x:.3g}")
+    if rounded.is_integer():
+        return f"±{int(rounded):,}"
+    return f"±{rounded:,.{max(0, 2 - math.floor(math.log10(abs(rounded))))}f}"
+
+
+def _predicted(o: dict) -> str:
+    """An output's predicted half-width as one table cell."""
+    if o["role"] == "key":
+        size = o.get("domain_size")
+        return ("exact; only keys that clear the threshold" if size is None
+                else f"exact; public domain of {size:,} values")
+    if o["role"] == "exact":
+        return "exact"
+    if o["half_width"] is not None:
+        return f"{_num(o['half_width'])} in every group"
+    if o.get("rank_error") is not None:
+        return f"rank ±{o['rank_error']:,.3g}/n (see below)"
+    if o["by_size"]:
+        return "; ".join(f"{_num(w) if w is not None else '-'} at n={n:,}"
+                         for n, w in o["by_size"].items())
+    return "depends on the values"

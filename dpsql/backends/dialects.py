@@ -188,6 +188,10 @@ def infer(node: exp.Expression | None, families: dict[str, str | None]) -> str |
         return BOOL
     if isinstance(node, exp.Add | exp.Sub):
         fams = (f(node.this), f(node.expression))
+        if isinstance(node, exp.Sub) and set(fams) <= {DATE, TIMESTAMP}:
+            # a difference of dates is a number of days in DuckDB and PostgreSQL (and
+            # :func:`spark_date_diffs`); one with a timestamp is an interval
+            return INT if set(fams) == {DATE} else INTERVAL
         if any(x in TEMPORAL for x in fams):
             return TIMESTAMP if TIMESTAMP in fams or INTERVAL in fams else DATE
         return _combine(fams)
@@ -302,6 +306,31 @@ _SQLITE_CLASSES = {INT: ("integer",), BOOL: ("integer",), FLOAT: ("integer", "re
                    TIMESTAMP: ("text",)}
 
 
+def _typed_tables(expression: exp.Expression, ctx: Context, value) -> exp.Expression:
+    """Every catalog table in a FROM or JOIN is read through ``(SELECT <value of c> AS c,
+    ... FROM t) AS t``, where ``value(column, type)`` gives the expression a column is
+    read as (None: as it is). CTEs of the query keep their names; a table whose columns
+    all read as they are is left alone."""
+    ctes = {cte.alias_or_name.lower() for cte in expression.find_all(exp.CTE)}
+
+    def read(table: exp.Table) -> exp.Expression:
+        name = table.name.lower()
+        columns = ctx.tables.get(name)
+        if name in ctes or not columns or not isinstance(table.parent, exp.From | exp.Join):
+            return table
+        outputs, changed = [], False
+        for column, dtype in columns.items():
+            body = value(exp.column(column), dtype)
+            changed = changed or body is not None
+            outputs.append(exp.column(column) if body is None else exp.alias_(body, column))
+        if not changed:
+            return table
+        plain = exp.Table(this=exp.to_identifier(table.name))
+        body = exp.select(*outputs).from_(plain)
+        return body.subquery(table.alias_or_name, copy=False)
+    return _replace_all(expression, exp.Table, read)
+
+
 def sqlite_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """Every table is read through ``(SELECT CASE WHEN typeof(c) IN (...) THEN c END AS c,
     ... FROM t) AS t``: a value whose storage class does not fit its declared type is
@@ -314,34 +343,21 @@ def sqlite_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Express
     what such a value means (missing), the mapping is row by row and data-independent,
     and it keeps every well-typed value as it is.
     """
-    ctes = {cte.alias_or_name.lower() for cte in expression.find_all(exp.CTE)}
-
-    def read(table: exp.Table) -> exp.Expression:
-        name = table.name.lower()
-        columns = ctx.tables.get(name)
-        if name in ctes or not columns or not isinstance(table.parent, exp.From | exp.Join):
-            return table
-        outputs = []
-        for column, dtype in columns.items():
-            classes = _SQLITE_CLASSES.get(type_family(dtype))
-            ref = exp.column(column)
-            if classes is None:
-                outputs.append(ref)
-                continue
-            test = exp.In(this=exp.Typeof(this=_copy(ref)),
-                          expressions=[exp.Literal.string(c) for c in classes])
-            value = ref
-            if classes == ("text",):
-                # text that is not UTF-8 would be decoded on the way out: two different
-                # byte strings could become one key there, so it is NULL here instead,
-                # before the database groups anything
-                value = exp.Anonymous(this=SQLITE_UTF8, expressions=[
-                    exp.Cast(this=_copy(ref), to=exp.DataType.build("BLOB"))])
-            outputs.append(exp.alias_(exp.Case(ifs=[exp.If(this=test, true=value)]), column))
-        plain = exp.Table(this=exp.to_identifier(table.name))
-        body = exp.select(*outputs).from_(plain)
-        return body.subquery(table.alias_or_name, copy=False)
-    return _replace_all(expression, exp.Table, read)
+    def value(ref: exp.Column, dtype: str) -> exp.Expression | None:
+        classes = _SQLITE_CLASSES.get(type_family(dtype))
+        if classes is None:
+            return None
+        test = exp.In(this=exp.Typeof(this=_copy(ref)),
+                      expressions=[exp.Literal.string(c) for c in classes])
+        body = ref
+        if classes == ("text",):
+            # text that is not UTF-8 would be decoded on the way out: two different
+            # byte strings could become one key there, so it is NULL here instead,
+            # before the database groups anything
+            body = exp.Anonymous(this=SQLITE_UTF8, expressions=[
+                exp.Cast(this=_copy(ref), to=exp.DataType.build("BLOB"))])
+        return exp.Case(ifs=[exp.If(this=test, true=body)])
+    return _typed_tables(expression, ctx, value)
 
 
 def sqlite_try(expression: exp.Expression, ctx: Context) -> exp.Expression:
@@ -602,11 +618,24 @@ def _safe_dates(node: exp.Expression, ctx: Context, backend: str) -> exp.Express
     return node
 
 
-def _python_dates(expression: exp.Expression, ctx: Context) -> exp.Expression:
-    """Group keys that are dates or timestamps outside years 1..9999 become NULL: the
-    Python drivers of PostgreSQL and Spark cannot return them (an error on one person's
-    value after the charge). The key is guarded where it is computed, in its SELECT item
-    and in the GROUP BY, so that it still groups as it is released."""
+#: The first and last instants of years 1..9999, as dates and as timestamps (on Spark in
+#: the session time zone, which dpsql sets to UTC: :data:`~dpsql.backends.spark.
+#: SAFE_CONF`).
+_YEARS = {DATE: ("0001-01-01", "9999-12-31"),
+                TIMESTAMP: ("0001-01-01 00:00:00", "9999-12-31 23:59:59.999999")}
+
+
+def _in_years(value: exp.Expression, family: str) -> exp.Expression:
+    """``CASE WHEN value BETWEEN <year 1> AND <year 9999> THEN value END``."""
+    lo, hi = (_date_literal(t, family) for t in _YEARS[family])
+    return exp.Case(ifs=[exp.If(this=exp.Between(this=_copy(value), low=lo, high=hi),
+                                true=value)])
+
+
+def _guard_keys(expression: exp.Expression, ctx: Context, guard) -> exp.Expression:
+    """Each group key ``k`` of family ``f`` becomes ``guard(k, f)`` (None: kept) where it
+    is computed, in its SELECT item and in the GROUP BY, so that it still groups as it
+    is released."""
     for select in expression.find_all(exp.Select):
         group = select.args.get("group")
         for item in select.expressions:
@@ -615,17 +644,42 @@ def _python_dates(expression: exp.Expression, ctx: Context) -> exp.Expression:
             body = item.this
             if isinstance(body, exp.Column) and body.name.startswith("__k"):
                 continue
-            family = ctx.family(body)
-            if family not in (DATE, TIMESTAMP):
+            guarded = guard(body, ctx.family(body))
+            if guarded is None:
                 continue
-            lo, hi = (_date_literal(t, family) for t in DATE_RANGE)
-            guarded = exp.Case(ifs=[exp.If(this=exp.Between(
-                this=_copy(body), low=lo, high=hi), true=_copy(body))])
             if group is not None:
                 group.set("expressions", [_copy(guarded) if g == body else g
                                           for g in group.expressions])
             item.set("this", guarded)
     return expression
+
+
+def _python_dates(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """Group keys that are dates or timestamps outside years 1..9999 become NULL: the
+    Python drivers of PostgreSQL and Spark cannot return them (an error on one person's
+    value after the charge)."""
+    def guard(body: exp.Expression, family: str | None) -> exp.Expression | None:
+        if family not in (DATE, TIMESTAMP):
+            return None
+        return _in_years(_copy(body), family)
+    return _guard_keys(expression, ctx, guard)
+
+
+def spark_text_keys(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """Text group keys that are not valid UTF-8 become NULL before Spark groups them.
+
+    A Spark string can hold any bytes (a Parquet file written elsewhere); Spark groups
+    them by their bytes, but the driver decodes ``0xFF`` as ``'\\ufffd'``, the same text
+    as a real U+FFFD: two groups would come back as one key, and one person's group
+    would overwrite another's statistics. NULL is decided per row, before grouping, so
+    such rows simply join the NULL group. Only keys are guarded: the text is read as it
+    is everywhere else (a user key of such bytes stays its own user)."""
+    def guard(body: exp.Expression, family: str | None) -> exp.Expression | None:
+        if family != STRING:
+            return None
+        valid = exp.Anonymous(this="IS_VALID_UTF8", expressions=[_copy(body)])
+        return exp.Case(ifs=[exp.If(this=valid, true=_copy(body))])
+    return _guard_keys(expression, ctx, guard)
 
 
 def _pg_back(value: exp.Expression, family: str | None) -> exp.Expression:
@@ -883,6 +937,58 @@ def _spark_safe_node(node: exp.Expression, ctx: Context) -> exp.Expression:
     return node
 
 
+def spark_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """Every table is read with its dates and timestamps kept to years 1..9999 (NULL
+    otherwise).
+
+    Spark stores dates up to about year ±5,800,000 and timestamps up to ±290,000, but
+    its date difference, DATE to TIMESTAMP conversion and ``DATE_TRUNC`` of a timestamp
+    raise "long overflow" near those limits, with ANSI mode off and under ``TRY_CAST``
+    alike: one person's extreme date would fail the answer after the charge. Reading
+    such a value as NULL is row by row and data-independent (a comparison of dates
+    cannot fail), keeps every ordinary value as it is, and leaves every later date
+    operation inside the range where Spark's arithmetic is total. (Dates the query
+    itself makes, from literals or text, are kept to the same range by
+    :func:`spark_date_casts`.)
+    """
+    def value(ref: exp.Column, dtype: str) -> exp.Expression | None:
+        family = type_family(dtype)
+        return _in_years(ref, family) if family in _YEARS else None
+    return _typed_tables(expression, ctx, value)
+
+
+_CANONICAL_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}( [0-9:.]*)?")
+
+
+def spark_date_casts(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """Every cast to DATE or TIMESTAMP (``TRY_CAST`` too, and the literals ``DATE '...'``,
+    which are casts) gives NULL outside years 1..9999, as :func:`spark_typed_tables`
+    does for stored values: ``CAST('5000000-01-01' AS DATE)`` is a date Spark holds but
+    cannot subtract or convert, so a query could build one from a person's text (or from
+    a literal under a CASE that only one person's row reaches) and fail after the
+    charge. Literals of four-digit years are in range already and kept as they are."""
+    def fix(node: exp.Cast) -> exp.Expression:
+        family = type_family(node.to.sql(dialect="duckdb"))
+        if family not in _YEARS:
+            return node
+        if isinstance(node.this, exp.Literal) and node.this.is_string \
+                and _CANONICAL_DATE.fullmatch(node.this.this):
+            return node
+        return _in_years(node, family)
+    return _replace_all(expression, exp.Cast, fix)
+
+
+def spark_date_diffs(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """``a - b`` of two dates → ``DATEDIFF(a, b)``: a number of days, as DuckDB and
+    PostgreSQL compute it (and as the guard check types it). Spark's own ``a - b`` is an
+    interval, whose sums raise on overflow even with ANSI off."""
+    def fix(node: exp.Sub) -> exp.Expression:
+        if ctx.family(node.this) == DATE and ctx.family(node.expression) == DATE:
+            return exp.Anonymous(this="DATEDIFF", expressions=[node.this, node.expression])
+        return node
+    return _replace_all(expression, exp.Sub, fix)
+
+
 def spark_try(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """``TRY(x)`` → ``x`` with overflow-prone arithmetic as ``try_*`` functions."""
     def fix(node):
@@ -931,7 +1037,8 @@ def spark_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
         this="XXHASH64", expressions=[uid, *keys, seed]))
 
 
-SPARK = (spark_dates, spark_try, spark_casts, spark_sums, _python_dates, spark_hash)
+SPARK = (spark_typed_tables, spark_date_casts, spark_date_diffs, spark_dates, spark_try,
+         spark_casts, spark_sums, _python_dates, spark_text_keys, spark_hash)
 
 
 #: Nodes the transforms of one query may copy, besides a multiple of its own size (see
@@ -1052,7 +1159,8 @@ SQLITE_FAILURES = Failures(
 #: NULL; interval arithmetic still raises on overflow.
 SPARK_FAILURES = Failures(
     "Spark SQL", safe_functions=frozenset({"TRY_ADD", "TRY_SUBTRACT", "TRY_MULTIPLY",
-                                           "TRY_DIVIDE", "TRY_SUM", "XXHASH64", "BROUND"}),
+                                           "TRY_DIVIDE", "TRY_SUM", "XXHASH64", "BROUND",
+                                           "DATEDIFF", "IS_VALID_UTF8"}),
     integer_overflow=False, division_by_zero=False, casts=False, mixed_types=False,
     decimals="none", sum_overflow=False, abs_overflow=False)
 

@@ -32,6 +32,16 @@ optimise it, because Spark's optimiser evaluates expressions over local relation
 (``ConvertToLocalRelation``), so a planning error could depend on the data. Spark has
 no statement timeout. Engine error texts go to the owner's log only
 (:mod:`dpsql.backends._boundary`).
+
+Values: dpsql's queries run in the UTC session time zone (timestamp parts, truncation
+and keys are UTC); every table is read with dates and timestamps outside years 1..9999
+as NULL, and casts to dates give NULL outside them (:func:`~dpsql.backends.dialects.
+spark_typed_tables` says why); a difference of dates is a number of days, as in DuckDB;
+a text key that is not valid UTF-8 is NULL (:func:`~dpsql.backends.dialects.
+spark_text_keys`). A view keeps the settings it
+was created with (ANSI mode on by default in Spark 4): a view whose own expressions can
+fail on some rows (a cast of text) fails dpsql's queries after the charge, so the owner
+defines views with ``try_cast`` (SECURITY.md, Deploying).
 """
 
 from __future__ import annotations
@@ -71,6 +81,10 @@ SAFE_CONF = {
     "spark.sql.legacy.ctePrecedencePolicy": "CORRECTED",
     "spark.sql.legacy.parser.havingWithoutGroupByAsWhere": "false",
     "spark.sql.legacy.setopsPrecedence.enabled": "false",
+    # timestamps (Spark's TIMESTAMP is time-zone aware) read, written and cut into
+    # parts in UTC: in a zone with daylight saving the repeated autumn hour is one local
+    # text for two instants, so two groups would come back as one key
+    "spark.sql.session.timeZone": "UTC",
 }
 
 _SCALARS = {"bigint": "BIGINT", "int": "INTEGER", "integer": "INTEGER", "smallint": "SMALLINT",

@@ -18,6 +18,15 @@ the smallest integer τ that makes this ``<= δ`` gives (ε, δ)-DP.
 15
 >>> sel.privacy_map()
 (1.0, 1e-06)
+
+What the threshold means in users (public: it depends on ε, δ and ``G`` only). With
+``n`` users a key's noisy count is ``n + Z``, so it is released with probability
+``P(Z >= τ − n)``: at ``n = τ`` at least one half, and rising to 1 as ``n`` grows.
+
+>>> round(sel.release_probability(15), 3), sel.users_needed(0.95)
+(0.731, 17)
+>>> sel.release_probability(1) <= 1e-6
+True
 """
 
 from __future__ import annotations
@@ -59,6 +68,48 @@ class LaplaceThreshold:
         """Chance that some key held only by the differing user is released (<= δ)."""
         log_q = -self.noise.s / self.noise.t  # exact: q ** m amplifies q's rounding m-fold
         return self.max_groups * math.exp((self.threshold - 1) * log_q) / (1 + math.exp(log_q))
+
+    def release_probability(self, users: int) -> float:
+        """Chance that a key with ``users`` distinct users (after bounding) is released.
+
+        ``P(users + Z >= τ) = P(Z >= m)``, ``m = τ − users``, with the discrete Laplace
+        tail ``P(Z >= m) = q^m / (1 + q)`` for ``m >= 1`` and ``1 − q^(1−m) / (1 + q)``
+        for ``m <= 0`` (symmetry). Reads no data: ``users`` is the caller's assumption.
+        """
+        log_q = -self.noise.s / self.noise.t
+        m = self.threshold - users
+        if log_q == -math.inf or math.exp(log_q) == 0.0:  # no noise is ever drawn
+            return 1.0 if m <= 0 else 0.0
+        q = math.exp(log_q)
+        if m >= 1:
+            return math.exp(m * log_q) / (1 + q)
+        return 1.0 - math.exp((1 - m) * log_q) / (1 + q)
+
+    def users_needed(self, probability: float) -> int:
+        """Fewest distinct users whose key is released with at least ``probability``.
+
+        ``probability`` in (0, 1); the answer is at least 1. Found from the closed form
+        of :meth:`release_probability` and corrected by one step either way against
+        float rounding, so it is exact for the probabilities this module computes.
+        """
+        if not 0 < probability < 1:
+            raise ValueError(f"probability must be in (0, 1), got {probability!r}")
+        log_q = -self.noise.s / self.noise.t
+        if math.exp(log_q) == 0.0:
+            return self.threshold
+        q = math.exp(log_q)
+        if probability > 1 / (1 + q):
+            # 1 − q^(1−m)/(1+q) >= p  ⟺  (1 − m) >= log((1 − p)(1 + q)) / log q
+            m = 1 - math.ceil(math.log((1 - probability) * (1 + q)) / log_q)
+        else:
+            # q^m / (1 + q) >= p  ⟺  m <= log(p (1 + q)) / log q
+            m = max(math.floor(math.log(probability * (1 + q)) / log_q), 0)
+        users = max(self.threshold - m, 1)
+        while users > 1 and self.release_probability(users - 1) >= probability:
+            users -= 1
+        while self.release_probability(users) < probability:
+            users += 1
+        return users
 
     def release(self, user_counts: Sequence[int]) -> tuple[list[int], list[bool]]:
         """Noisy user counts and, for each key, whether it is released."""

@@ -578,6 +578,10 @@ class Typer:
             return Type(FLOAT)
         if name == "DPSQL_UTF8":
             return Type(STRING)
+        if name == "IS_VALID_UTF8":
+            return Type(BOOL)
+        if name == "DATEDIFF":  # Spark: days between two dates, an INT
+            return Type(INT, low=Fraction(-(2**31)), high=Fraction(2**31 - 1))
         if name in ("STRFTIME", "DATE", "DATETIME"):
             return Type(STRING)
         if name == "PG_INPUT_IS_VALID":

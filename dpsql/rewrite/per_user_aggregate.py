@@ -6,6 +6,14 @@ group, the group sees one partial per user, clamped into the range of
 clamped to ``max_rows`` rows' worth, and the user counted once. It is a hash
 aggregate, with no window over raw rows. Tables with ``row_privacy`` need no per-user
 step (each row is a user and its clamped value already is its partial).
+
+Rows whose user key is NULL belong to no user and are left out (``WHERE uid IS NOT
+NULL``). Grouped together they would form one pseudo-user of several people (rows the
+database stores without a key, and values a typed read maps to NULL, such as SQLite's
+``''`` in an INTEGER key): adding one person there changes which groups the
+pseudo-user keeps under ``max_groups``, and so moves another person's contribution, a
+change of two units where the noise covers one. Left out, such a person changes
+nothing.
 """
 
 from __future__ import annotations
@@ -74,6 +82,8 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
         pid AS __uid,
         LEAST(COUNT(*), 2) AS __s0
       FROM pums_dup
+      WHERE
+        NOT pid IS NULL
       GROUP BY
         pid
     )
@@ -125,8 +135,10 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
     inner.set("from_", expression.args["from_"].copy())
     for join in expression.args.get("joins") or []:
         inner.append("joins", join.copy())
-    if expression.args.get("where"):
-        inner.set("where", expression.args["where"].copy())
+    # no user, no rows (see the module docstring)
+    known = exp.Not(this=exp.Is(this=plan.uid.copy(), expression=exp.Null()))
+    where = expression.args.get("where")
+    inner.where(exp.and_(where.this.copy(), known) if where else known, copy=False)
     group = expression.args.get("group")
     keys = [k.copy() for k in group.expressions] if group else []
     inner = inner.group_by(plan.uid.copy(), *keys, copy=False)
