@@ -281,6 +281,13 @@ def _table(name: str, tdoc: Any) -> Table:
                 f"{where}: user_key {user_key!r} is not one of its columns "
                 f"({', '.join(columns)})"
             )
+        if columns[user_key].type == "float":
+            # every NaN is one group: people whose keys are NaN (or any float the
+            # database rounds together) would be one pseudo-user, whose max_groups
+            # choice one added person could move
+            raise CatalogError(
+                f"{where}: user_key {user_key!r} is a float column; a user key must be "
+                "an int, string, bool, date or timestamp column")
     bounds = {}
     for key in ("max_groups", "max_rows"):
         value = tdoc.get(key, 1)

@@ -13,7 +13,8 @@ Error bars as columns: with ``connect(..., error_columns=True)`` (the cursor att
 ``error_columns``), or per query with ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS
 (error_columns = 1) ...`` (``= 0`` turns them off), each output column that carries an
 error bar is followed by ``<name>_error``, the half-width of its ``1 − alpha``
-interval, and a last column ``confidence`` holds ``1 − alpha`` (0.95): the layout of
+interval, and a last column ``confidence`` holds ``1 − alpha`` (0.95; only when some
+column has an error bar): the layout of
 :meth:`dpsql.Result.error_table`. :attr:`Cursor.description` describes them, so every
 client over this module (SQLAlchemy, pandas, polars, jupysql) shows them. Values are
 never rounded.
@@ -87,7 +88,8 @@ from dpsql.bigquery_options import lift_dp_options
 from dpsql.catalog import Catalog
 from dpsql.engine import Connection as _DpsqlConnection
 from dpsql.parse import parse as _parse
-from dpsql.result import Result, error_layout
+from dpsql.parse import parse_statements
+from dpsql.result import Result
 
 #: PEP 249: the DB-API level supported.
 apilevel = "2.0"
@@ -293,6 +295,20 @@ class _QmarkDuckDB(DuckDB):
                 lambda self: self.expression(exp.Placeholder()).update_positions(self._prev),
         }
 
+    class Generator(DuckDB.Generator):
+        def withingroup_sql(self, expression: exp.WithinGroup) -> str:
+            # DuckDB's generator writes PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY x) as
+            # QUANTILE_CONT(x, q ORDER BY x), which dpsql does not read back: keep the
+            # standard spelling the analyst wrote
+            func = expression.this
+            if isinstance(func, exp.PercentileCont | exp.PercentileDisc) and not func.args.get(
+                    "expression"):
+                name = "PERCENTILE_CONT" if isinstance(func, exp.PercentileCont) else \
+                    "PERCENTILE_DISC"
+                order = self.sql(expression, "expression").lstrip()
+                return f"{name}({self.sql(func, 'this')}) WITHIN GROUP ({order})"
+            return super().withingroup_sql(expression)
+
 
 def _literal(value: Any, position: int) -> exp.Expression:
     if value is None or isinstance(value, bool | str | datetime.date | datetime.time):
@@ -340,7 +356,7 @@ def bind_parameters(sql: str, parameters: Sequence[Any] | None) -> str:
     with _translating():
         _parse(sql)  # length, syntax and one statement, checked with dpsql's messages
     try:
-        tree = sqlglot.parse_one(sql, read=_QmarkDuckDB)
+        tree = parse_statements(sql, _QmarkDuckDB)[0]
     except sqlglot.errors.SqlglotError as exc:
         raise ProgrammingError(f"cannot parse SQL: {str(exc).splitlines()[0][:200]}") from None
     holders = list(tree.find_all(exp.Placeholder, exp.Parameter))
@@ -361,7 +377,7 @@ def bind_parameters(sql: str, parameters: Sequence[Any] | None) -> str:
     holders.sort(key=lambda h: h.meta["start"])
     for position, (holder, value) in enumerate(zip(holders, parameters, strict=True), 1):
         holder.replace(_literal(value, position))
-    return tree.sql(dialect="duckdb")
+    return tree.sql(dialect=_QmarkDuckDB)
 
 
 # -- connection -----------------------------------------------------------------------
@@ -575,7 +591,7 @@ class Cursor:
             sql, options = lift_dp_options(operation)
         sql = bind_parameters(sql, parameters)
         epsilon = options.get("epsilon", self.epsilon)
-        if epsilon is None:
+        if epsilon is None and not self._probe(sql, conn):
             raise error_class(_errors.PrivacyParameterError)(
                 "no epsilon for this query: set cursor.epsilon, connect(epsilon=...), or "
                 "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = ...)"
@@ -591,7 +607,7 @@ class Cursor:
         self.cost = result.cost
         if options.get("error_columns", self.error_columns):
             columns, rows = result.error_table()
-            layout = error_layout(list(result.columns), result.noisy_columns)
+            layout = result.layout()
             self.accuracy = [tuple(acc[what] if kind == "value" else None
                                    for kind, _, what in layout) for acc in result.accuracy]
         else:
@@ -603,6 +619,14 @@ class Cursor:
         self.description = self._describe(sql, result, conn.catalog, columns, self._rows,
                                           layout)
         return self
+
+    @staticmethod
+    def _probe(sql: str, conn: _DpsqlConnection) -> bool:
+        """A query that provably returns no rows needs no epsilon (see :mod:`dpsql.probe`)."""
+        from dpsql.probe import schema_probe
+
+        with _translating():
+            return schema_probe(sql, conn.catalog) is not None
 
     def executemany(self, operation: str, seq_of_parameters: Any) -> None:
         """Refused: each parameter set would be a separate private query with its own cost.

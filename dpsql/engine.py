@@ -24,6 +24,7 @@ from typing import Any
 
 import duckdb
 
+from dpsql.accounting import Cost
 from dpsql.accuracy import predict_outputs, selection_note, selection_summary, statistic_feeds
 from dpsql.analyze import Plan, analyze
 from dpsql.backends import Backend, open_backend
@@ -48,6 +49,7 @@ from dpsql.keys import (
 )
 from dpsql.ledger import ALL, BudgetView, Ledger
 from dpsql.noise import add_noise
+from dpsql.normalize import normalize
 from dpsql.parse import parse
 from dpsql.postprocess import check_postprocess, postprocess, stat_half_width
 from dpsql.result import Explanation, Result
@@ -256,6 +258,9 @@ class Connection:
         text = sql if isinstance(sql, str) else repr(sql)
         try:
             alpha = self._check_alpha(alpha)
+            probe = self._schema_probe(sql, text, alpha)
+            if probe is not None:
+                return probe
             sql, epsilon, delta, max_groups, max_rows = _options(
                 sql, epsilon, delta, max_groups, max_rows, self._catalog.limits)
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
@@ -468,6 +473,25 @@ class Connection:
         return expression, functools.partial(read_keys, nk=len(plan.keys), text=text_keys,
                                              floats=domain_floats, doubles=double_keys)
 
+    def _schema_probe(self, sql, text: str, alpha: float) -> Result | None:
+        """A query that provably returns no rows, answered from the catalog for free.
+
+        See :mod:`dpsql.probe`: nothing runs on the data; the ledger logs it as
+        answered at zero cost.
+        """
+        from dpsql.probe import schema_probe
+
+        columns = schema_probe(sql, self._catalog)
+        if columns is None:
+            return None
+        charge = self._ledger.charge(self._dataset, self._analyst, Cost(0.0, 0.0), text,
+                                     self._cap)
+        self._ledger.finish(charge, "answered", "no rows: answered from the catalog")
+        return Result(columns=[name for name, _ in columns], rows=[], accuracy=[],
+                      cost=(0.0, 0.0), sql="", alpha=alpha, notes=(
+                          "the query returns no rows whatever the data: answered from "
+                          "the catalog, nothing was run or spent",))
+
     def _check_alpha(self, alpha: float | None) -> float:
         if alpha is None:
             return self._alpha
@@ -485,7 +509,8 @@ class Connection:
             backend.catalog_names = frozenset(
                 [*cat.tables, *(c for t in cat.tables.values() for c in t.columns)])
         limits = self._catalog.limits
-        select = validate(parse(sql, limits.max_sql_length), limits)
+        select = validate(normalize(parse(sql, limits.max_sql_length), self._catalog, limits),
+                          limits)
         plan = analyze(select, self._catalog, epsilon, delta, max_groups, max_rows,
                        mechanism=mechanism or self._mechanism,
                        unique=lambda t, c: self._catalog.has_table(t)
@@ -625,7 +650,9 @@ def _demo_plan(sql: str, epsilon: float = 1.0, delta: float = 1e-6, seed: int = 
     """Plan of a query over the bundled PUMS catalogs (doctests and fixtures)."""
     from dpsql.datasets import pums_catalog
 
-    return analyze(validate(parse(sql)), pums_catalog(), epsilon, delta, seed=seed, **bounds)
+    catalog = pums_catalog()
+    return analyze(validate(normalize(parse(sql), catalog)), catalog, epsilon, delta, seed=seed,
+                   **bounds)
 
 
 __all__ = ["Connection", "connect"]

@@ -6,12 +6,19 @@
 Traceback (most recent call last):
 ...
 dpsql.errors.UnsupportedQueryError: several statements in one string; send one SELECT per call
+
+T-SQL's ``TOP n`` (SmartNoise SQL's users write it) is read as the ``LIMIT n`` it means:
+
+>>> parse("SELECT TOP 5 educ, COUNT(*) FROM pums GROUP BY educ").sql()
+'SELECT educ, COUNT(*) FROM pums GROUP BY educ LIMIT 5'
 """
 
 from __future__ import annotations
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.tokens import Token, TokenType
 
 from dpsql.errors import ParseError, UnsupportedQueryError
 from dpsql.limits import DEFAULT
@@ -36,7 +43,7 @@ def parse(sql: str, max_length: int = MAX_SQL_LENGTH) -> exp.Expression:
             f"SQL text is {len(sql)} characters; the limit is {max_length} (max_sql_length)"
         )
     try:
-        statements = [s for s in sqlglot.parse(sql, read=READ_DIALECT) if s is not None]
+        statements = parse_statements(sql, READ_DIALECT)
     except sqlglot.errors.ParseError as exc:
         first = exc.errors[0] if exc.errors else {}
         desc = first.get("description", str(exc)).split(" <Token")[0]
@@ -54,3 +61,62 @@ def parse(sql: str, max_length: int = MAX_SQL_LENGTH) -> exp.Expression:
             "several statements in one string; send one SELECT per call"
         )
     return statements[0]
+
+
+def parse_statements(sql: str, dialect: str | type[Dialect] = READ_DIALECT) -> list[exp.Expression]:
+    """The statements of ``sql`` in ``dialect``, with T-SQL's ``TOP n`` read as ``LIMIT n``.
+
+    Raises:
+        sqlglot's ParseError and TokenError, as :func:`sqlglot.parse` does;
+        UnsupportedQueryError: a TOP that is not a plain row count.
+    """
+    dialect = Dialect.get_or_raise(dialect)
+    tokens, top = _lift_top(dialect.tokenize(sql))
+    statements = [s for s in dialect.parser().parse(tokens, sql) if s is not None]
+    if top is not None and statements:
+        _apply_top(statements[0], top)
+    return statements
+
+
+def _lift_top(tokens: list[Token]) -> tuple[list[Token], Token | None]:
+    """Takes T-SQL's ``TOP n`` / ``TOP (n)`` off the statement's first SELECT.
+
+    ``SELECT TOP n ...`` returns the first ``n`` rows of the result, after its ORDER BY,
+    exactly what ``LIMIT n`` means; DuckDB's grammar has no TOP, so the two or four
+    tokens are lifted off here and become the statement's LIMIT (:func:`_apply_top`).
+    Only a whole-number literal is taken, and only where no other reading exists: the
+    token after ``TOP`` must be a number or ``(`` number ``)``. ``TOP n PERCENT`` and
+    ``WITH TIES`` mean something else and are refused; a TOP anywhere else stays in the
+    text and fails to parse.
+
+    Returns:
+        The tokens without TOP, and the number's token (None when there was no TOP).
+    """
+    if len(tokens) < 3 or tokens[0].token_type != TokenType.SELECT or not (
+            tokens[1].token_type == TokenType.VAR and tokens[1].text.upper() == "TOP"):
+        return tokens, None
+    if tokens[2].token_type == TokenType.NUMBER:
+        number, end = tokens[2], 3
+    elif (len(tokens) > 4 and tokens[2].token_type == TokenType.L_PAREN
+          and tokens[3].token_type == TokenType.NUMBER
+          and tokens[4].token_type == TokenType.R_PAREN):
+        number, end = tokens[3], 5
+    else:
+        return tokens, None
+    after = tokens[end].text.upper() if len(tokens) > end else ""
+    if after in ("PERCENT", "WITH"):
+        raise UnsupportedQueryError(
+            f"TOP {number.text} {after} is not supported: write LIMIT n with ORDER BY")
+    if not number.text.isdigit():
+        raise UnsupportedQueryError(f"TOP needs a whole number, not {number.text[:20]!r}")
+    return [tokens[0], *tokens[end:]], number
+
+
+def _apply_top(statement: exp.Expression, number: Token) -> None:
+    """Sets the LIMIT that ``TOP n`` meant (refused next to a LIMIT or OFFSET of its own)."""
+    if not isinstance(statement, exp.Select):
+        return  # a set operation: validate refuses it with its own message
+    if statement.args.get("limit") is not None or statement.args.get("offset") is not None:
+        raise UnsupportedQueryError(
+            "TOP cannot be combined with LIMIT or OFFSET: write LIMIT n OFFSET m")
+    statement.set("limit", exp.Limit(expression=exp.Literal.number(number.text)))

@@ -505,4 +505,53 @@ class _Intervals:
                     *exp.DataType.INTEGER_TYPES):
                 step = 0.0
             return (lo - step, hi + step)
+        if isinstance(e, exp.Pow):
+            return _pow_interval(self.visit(e.this), self.visit(e.expression))
+        if isinstance(e, exp.Sqrt | exp.Exp | exp.Ln):
+            # monotone increasing where defined; a part outside the domain (a negative
+            # square root, a logarithm of a value <= 0) is NULL or unbounded
+            lo, hi = self.visit(e.this)
+            if isinstance(e, exp.Sqrt):
+                return (math.sqrt(max(lo, 0.0)), math.sqrt(hi)) if hi >= 0 else _WHOLE
+            if isinstance(e, exp.Ln):
+                return (math.log(lo) if lo > 0 else -math.inf,
+                        math.log(hi)) if hi > 0 else _WHOLE
+            return (_exp(lo), _exp(hi))
         return (-math.inf, math.inf)
+
+
+_WHOLE = (-math.inf, math.inf)
+
+
+def _exp(x: float) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _pow_interval(base: tuple[float, float], power: tuple[float, float]) -> tuple[float, float]:
+    """Bounds of ``x ** p`` for x in ``base`` and a constant ``p`` (POWER over cells).
+
+    For a whole ``p`` the function is monotone on each side of 0, so the extremes lie at
+    the ends of ``base`` or at 0 (an even power's minimum); a negative ``p`` is
+    unbounded near 0. A fractional ``p`` is defined for x >= 0 only (monotone there).
+    Anything else (a non-constant exponent, overflow) gives the whole line: no error
+    bar is better than a wrong one.
+    """
+    lo, hi = base
+    p, p_hi = power
+    if p != p_hi or not math.isfinite(p) or math.isnan(lo) or math.isnan(hi):
+        return _WHOLE
+    if p.is_integer() and p < 0 and lo <= 0 <= hi:
+        return _WHOLE
+    if not p.is_integer() and (lo < 0 or (p < 0 and lo <= 0)):
+        return _WHOLE
+    candidates = [lo, hi] + ([0.0] if lo < 0 < hi else [])
+    try:
+        values = [math.pow(x, p) if math.isfinite(x) else (
+            math.inf if x > 0 or (p.is_integer() and p % 2 == 0) else -math.inf)
+            if p > 0 else 0.0 for x in candidates]
+    except (OverflowError, ValueError, ZeroDivisionError):
+        return _WHOLE
+    return (min(values), max(values))

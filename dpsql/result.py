@@ -214,14 +214,26 @@ class Result:
             return None
         return (value - width, value + width)
 
+    def layout(self, cost: bool = False) -> list[tuple[str, str, Any]]:
+        """The columns of :meth:`error_table` (see :func:`error_layout`).
+
+        The level column comes only when some column carries an error bar (a schema
+        probe answered from the catalog gets none); the cost columns with ``cost``.
+        """
+        noisy = self.noisy_columns
+        extra = ((LEVEL_COLUMN,) if any(noisy) else ()) + (("epsilon", "delta") if cost
+                                                          else ())
+        return error_layout(list(self.columns), noisy, extra)
+
     def error_table(self, cost: bool = False) -> tuple[list[str], list[tuple]]:
         """The answer with its error bars as ordinary columns.
 
         Each output column with an error bar is followed by ``<name>_error``, the
         half-width of its ``1 − alpha`` interval (as in :attr:`accuracy`; None where
         the value is NULL or exact), and a last column ``confidence`` holds
-        ``1 − alpha`` (0.95). With ``cost``, two more columns ``epsilon`` and ``delta``
-        repeat the query's total cost on every row. Names already used by an output
+        ``1 − alpha`` (0.95) when there is at least one such column. With ``cost``,
+        two more columns ``epsilon`` and ``delta`` repeat the query's total cost on
+        every row. Names already used by an output
         column get ``_2``, ``_3``, ... (:func:`error_layout`).
 
         Returns:
@@ -232,8 +244,7 @@ class Result:
         >>> r.error_table()
         (['sex', 'n', 'n_error', 'confidence'], [(0, 486, 6, 0.95), (1, 508, 6, 0.95)])
         """
-        extra = (LEVEL_COLUMN, "epsilon", "delta") if cost else (LEVEL_COLUMN,)
-        layout = error_layout(list(self.columns), self.noisy_columns, extra)
+        layout = self.layout(cost)
         consts = {LEVEL_COLUMN: self.confidence, "epsilon": float(self.cost[0]),
                   "delta": float(self.cost[1])}
         rows = []

@@ -58,7 +58,12 @@ SYNTAX: tuple[type[exp.Expression], ...] = (
     exp.With, exp.CTE, exp.WithinGroup,
 )
 
-_ALLOWED = AGGREGATES + SCALAR_FUNCTIONS + SYNTAX
+#: Functions allowed only in the outer query, over aggregates and group keys: they run
+#: in post-processing on released values (never on a backend, so no guard is needed
+#: there), and error bars follow them by interval arithmetic.
+OUTER_FUNCTIONS: tuple[type[exp.Expression], ...] = (exp.Pow,)
+
+_ALLOWED = AGGREGATES + SCALAR_FUNCTIONS + SYNTAX + OUTER_FUNCTIONS
 
 #: Ceiling on the number of nodes of one query (deeply nested or huge inputs).
 MAX_NODES = DEFAULT.max_nodes
@@ -111,13 +116,7 @@ def validate(expression: exp.Expression, limits: Limits = DEFAULT) -> exp.Expres
         raise UnsupportedQueryError(
             f"{what} is not allowed: only a single SELECT can be answered"
         )
-    for count, node in enumerate(expression.walk(), start=1):
-        if count > limits.max_nodes:
-            raise UnsupportedQueryError(
-                f"query has more than {limits.max_nodes} syntax nodes (limit max_nodes)")
-        if node.depth > limits.max_depth:
-            raise UnsupportedQueryError(
-                f"query is nested deeper than {limits.max_depth} levels (limit max_depth)")
+    check_size(expression, limits)
     for table in expression.find_all(exp.Table):
         _check_table(table)
     for node in expression.walk():
@@ -125,6 +124,17 @@ def validate(expression: exp.Expression, limits: Limits = DEFAULT) -> exp.Expres
         _check_node(node, expression)
         _check_payload(node, expression, limits)
     return expression
+
+
+def check_size(expression: exp.Expression, limits: Limits = DEFAULT) -> None:
+    """Refuses a tree over the node or depth limit (before any pass walks it further)."""
+    for count, node in enumerate(expression.walk(), start=1):
+        if count > limits.max_nodes:
+            raise UnsupportedQueryError(
+                f"query has more than {limits.max_nodes} syntax nodes (limit max_nodes)")
+        if node.depth > limits.max_depth:
+            raise UnsupportedQueryError(
+                f"query is nested deeper than {limits.max_depth} levels (limit max_depth)")
 
 
 def _check_payload(node: exp.Expression, root: exp.Select, limits: Limits) -> None:
@@ -264,11 +274,19 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
             "scalar subqueries and EXISTS are not supported: use a JOIN or IN (SELECT ...)")
     if not isinstance(node, _ALLOWED):
         raise UnsupportedQueryError(f"{_describe(node)} is not supported")
+    if isinstance(node, OUTER_FUNCTIONS) and (
+            node.find_ancestor(exp.Select) is not root
+            or node.find_ancestor(*AGGREGATES) is not None
+            or node.find_ancestor(exp.Where, exp.Group, exp.Join) is not None):
+        raise UnsupportedQueryError(
+            f"{node.sql_name()}() is not supported here: only over aggregates and group "
+            "keys in the outer SELECT, HAVING and ORDER BY (e.g. POWER(AVG(x), 2))")
     if isinstance(node, exp.WithinGroup) and not isinstance(
             node.this, exp.PercentileCont | exp.PercentileDisc):
         raise UnsupportedQueryError(
             "WITHIN GROUP is supported only with PERCENTILE_CONT and PERCENTILE_DISC")
-    if isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count):
+    if isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count) \
+            and not _derived_star(node, root):
         raise UnsupportedQueryError(
             "SELECT * would release raw rows: select aggregates such as COUNT(*)"
         )
@@ -291,6 +309,21 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
                 raise UnsupportedQueryError(message)
         if not node.args.get("from_"):
             raise UnsupportedQueryError("SELECT without FROM reads no table; name a catalog table")
+
+
+def _derived_star(node: exp.Star, root: exp.Select) -> bool:
+    """``*`` or ``t.*`` in the select list of a derived table or CTE: it names columns.
+
+    The rows it selects stay inside the query; a row-level derived table is written out
+    (:func:`dpsql.analyze.derived.inline_row_derived`), any other must aggregate.
+    """
+    item = node.parent if isinstance(node.parent, exp.Column) else node
+    select = item.parent
+    return (isinstance(select, exp.Select) and select is not root
+            and item.arg_key == "expressions"
+            and (isinstance(select.parent, exp.CTE) or (
+                isinstance(select.parent, exp.Subquery)
+                and isinstance(select.parent.parent, exp.From | exp.Join))))
 
 
 _SELECT_PARTS = {

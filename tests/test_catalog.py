@@ -84,3 +84,10 @@ def test_missing_and_invalid_files(tmp_path):
     bad.write_text("tables: [unclosed")
     with pytest.raises(CatalogError, match="not valid YAML"):
         load_catalog(bad)
+
+
+def test_float_user_keys_are_refused():
+    # every NaN is one group: people keyed NaN would be one pseudo-user
+    doc = {"tables": {"t": {"user_key": "uid", "columns": {"uid": {"type": "float"}}}}}
+    with pytest.raises(CatalogError, match="user_key 'uid' is a float column"):
+        load_catalog(doc)

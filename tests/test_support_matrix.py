@@ -46,6 +46,11 @@ CASES = [
     ("subquery / CTE aggregating per user",
      "WITH t AS (SELECT pid, COUNT(*) AS n FROM pums_dup GROUP BY pid) "
      "SELECT n, COUNT(*) FROM t GROUP BY n", OK),
+    ("subquery / CTE that filters and projects rows (written out: the same rows)",
+     "WITH adults AS (SELECT sex, age FROM pums WHERE age >= 18) SELECT sex, COUNT(*) "
+     "FROM adults GROUP BY sex", OK),
+    ("schema probe: no rows whatever the data (catalog columns, free)",
+     'SELECT * FROM "pums" WHERE 1=0', OK),
     ("IN (SELECT ...) over a public table",
      "SELECT COUNT(*) FROM lineitem WHERE l_partkey IN (SELECT p_partkey FROM part "
      "WHERE p_size < 10)", OK),

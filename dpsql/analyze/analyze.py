@@ -24,7 +24,8 @@ from sqlglot import exp
 
 from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import MAX_MAGNITUDE, Interval, bounds
-from dpsql.analyze.derived import inline_ctes
+from dpsql.analyze.comparisons import check_comparisons
+from dpsql.analyze.derived import inline_ctes, inline_row_derived
 from dpsql.analyze.determined import determined_columns, key_is_determined
 from dpsql.analyze.domains import check_value_lengths, domain
 from dpsql.analyze.plan import Cell, GroupKey, Output, Plan, Statistic
@@ -55,7 +56,12 @@ MAX_DOMAIN_CELLS = DEFAULT_LIMITS.max_domain_cells
 _INTERVAL_FUNCS = (exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Round,
                    exp.Floor, exp.Ceil, exp.Cast, exp.TryCast, exp.Abs, exp.Least,
                    exp.Greatest, exp.Literal, exp.Column, exp.DataType, exp.Identifier,
-                   exp.DataTypeParam)
+                   exp.DataTypeParam, exp.Pow, exp.Sqrt, exp.Exp, exp.Ln)
+
+#: ``meta`` key of an input column in HAVING or ORDER BY whose name is also an output
+#: name: which of the two SQL means is decided once the group keys are known
+#: (:meth:`_Analysis.post_expr` and the ORDER BY loop of :func:`analyze`).
+SHADOWS = "dpsql_shadows_output"
 
 
 def analyze(
@@ -96,6 +102,8 @@ def analyze(
     if mechanism == "gaussian" and delta <= 0:
         raise PrivacyParameterError("gaussian noise needs delta > 0 (e.g. delta=1e-6)")
     select = inline_ctes(select, catalog.limits.max_nodes).transform(_within_group)
+    # derived tables that only filter and project rows: the same rows, written out
+    select = inline_row_derived(select, catalog, catalog.limits.max_nodes)
     select = _check_in_subqueries(select, catalog)
     scope, select = build_scope(select, catalog, unique)
     table = scope.primary
@@ -124,6 +132,7 @@ def analyze(
 
     out_names = [_output_name(e) for e in select.expressions]
     select = _qualify(select, scope, set(out_names))
+    check_comparisons(select, scope)  # a comparison that can never be true: refused free
     # constants that would grow past the limits while the backend folds them
     check_value_lengths(select, scope.column, catalog.limits)
     a = _Analysis(scope, R, bool(one_row))
@@ -141,7 +150,7 @@ def analyze(
         post = a.post_expr(body, keys, f"output column {name!r}")
         outputs.append(Output(name, post, a.cells_in(post)))
     _check_intervals(outputs)
-    by_alias = {o.name.lower(): o.expr for o in outputs}
+    by_alias = _OutputNames(outputs)
 
     having = select.args.get("having")
     having = a.post_expr(having.this, keys, "HAVING", by_alias) if having else None
@@ -155,6 +164,13 @@ def analyze(
                     raise UnsupportedQueryError(
                         f"ORDER BY position {ordered.this.this} is out of range: the "
                         f"query has {len(select.expressions)} output columns")
+                continue
+            shadowed = ordered.this.meta.get(SHADOWS) if isinstance(
+                ordered.this, exp.Column) else None
+            if shadowed is not None:
+                # ORDER BY <name>: an output name wins over an input column (SQL's rule;
+                # DuckDB's too, and post-processing runs in DuckDB)
+                ordered.set("this", by_alias.get(shadowed, "ORDER BY"))
                 continue
             ordered.set("this", a.post_expr(ordered.this, keys, "ORDER BY", by_alias))
 
@@ -359,6 +375,10 @@ class _Analysis:
                 expr = _alias_target(select, item.name.removeprefix("__alias:"))
             if any(expr.find_all(*AGGREGATES)):
                 raise UnsupportedQueryError("aggregates are not allowed in GROUP BY")
+            if any(expr.find_all(exp.Pow)):
+                raise UnsupportedQueryError(
+                    "POWER() is supported over aggregates and group keys, not in a group "
+                    "key (group by its argument)")
             if not any(expr.find_all(exp.Column)):
                 raise UnsupportedQueryError(
                     f"GROUP BY {expr.sql(dialect='duckdb')} groups by a constant"
@@ -374,8 +394,28 @@ class _Analysis:
         return domain(expr, self.scope.column, self.limits, work)
 
     def post_expr(self, e: exp.Expression, keys: list[GroupKey], where: str,
-                  aliases: dict[str, exp.Expression] | None = None) -> exp.Expression:
-        """Replaces aggregates by cell columns and group keys by key columns."""
+                  aliases: _OutputNames | None = None) -> exp.Expression:
+        """Replaces aggregates by cell columns and group keys by key columns.
+
+        Names follow DuckDB's binder (post-processing runs there; the cases are tested
+        against DuckDB's own answers in ``tests/test_sqlnorm.py``). In HAVING, a column
+        whose name is also an output name is that output (``HAVING income > ...`` with
+        ``SUM(income) AS income``) unless the column by itself is a group key: this is
+        decided column by column, before expressions are matched to group keys (with
+        ``SUM(age) AS age ... GROUP BY age // 10``, DuckDB reads ``HAVING age // 10 >
+        3`` as ``SUM(age) // 10 > 3``). Then, top-down, an expression equal to a group
+        key is that key. In ORDER BY only a bare name prefers the output (handled by
+        the caller); nested in an expression the input column wins, and an ungrouped
+        one is refused, as DuckDB refuses it.
+        """
+        e = e.copy()
+        if where == "HAVING" and aliases is not None:
+            for col in list(e.find_all(exp.Column)):
+                name = col.meta.get(SHADOWS)
+                if name is not None and not any(col == k.expr for k in keys):
+                    output = aliases.get(name, where)
+                    e = output if col is e else e
+                    col.replace(output)
 
         def replace(node: exp.Expression) -> exp.Expression:
             if isinstance(node, AGGREGATES):
@@ -385,10 +425,10 @@ class _Analysis:
                     return exp.column(k.name)
             if (isinstance(node, exp.Column) and aliases is not None
                     and node.name.startswith("__alias:")):
-                return aliases[node.name.removeprefix("__alias:")].copy()
+                return aliases.get(node.name.removeprefix("__alias:"), where)
             return node
 
-        out = e.copy().transform(replace)
+        out = e.transform(replace)
         for col in out.find_all(exp.Column):
             if not col.name.startswith(("__k", "__a")):
                 name = col.name.removeprefix("__alias:")
@@ -554,6 +594,24 @@ def _check_intervals(outputs: list[Output]) -> None:
                 )
 
 
+class _OutputNames:
+    """The outputs' post-processing expressions by (lower-case) output name."""
+
+    def __init__(self, outputs: list[Output]):
+        self._by_name: dict[str, list[exp.Expression]] = {}
+        for o in outputs:
+            self._by_name.setdefault(o.name.lower(), []).append(o.expr)
+
+    def get(self, name: str, where: str) -> exp.Expression:
+        """The output called ``name``; refused when several outputs have that name."""
+        found = self._by_name[name]
+        if len(found) > 1:
+            raise UnsupportedQueryError(
+                f"{name!r} in {where} is ambiguous: {len(found)} output columns have that "
+                "name; rename one")
+        return found[0].copy()
+
+
 def _alias_target(select: exp.Select, alias: str) -> exp.Expression:
     for item in select.expressions:
         if isinstance(item, exp.Alias) and item.alias.lower() == alias:
@@ -577,12 +635,17 @@ def _qualify(select: exp.Select, scope: Scope, out_names: set[str]) -> exp.Selec
         if isinstance(col.this, exp.Star):
             raise UnsupportedQueryError("SELECT t.* would release raw rows")
         resolved = scope.resolve(col)
-        if resolved is not None:
-            col.replace(resolved)
-            continue
         name = col.name.lower()
         in_clause = col.find_ancestor(exp.Group, exp.Having, exp.Order)
         in_agg = col.find_ancestor(*AGGREGATES)
+        if resolved is not None:
+            if (name in lowered and not col.table and in_agg is None
+                    and isinstance(in_clause, exp.Having | exp.Order)):
+                # an output has this input column's name: post_expr and the ORDER BY
+                # loop decide which one is meant, as DuckDB's binder does
+                resolved.meta[SHADOWS] = name
+            col.replace(resolved)
+            continue
         if in_clause is not None and in_agg is None and name in lowered and not col.table:
             col.replace(exp.column(f"__alias:{name}"))
             continue

@@ -673,10 +673,12 @@ def spark_text_keys(expression: exp.Expression, ctx: Context) -> exp.Expression:
     as a real U+FFFD: two groups would come back as one key, and one person's group
     would overwrite another's statistics. NULL is decided per row, before grouping, so
     such rows simply join the NULL group. Only keys are guarded: the text is read as it
-    is everywhere else (a user key of such bytes stays its own user)."""
+    is everywhere else (a user key of such bytes stays its own user). Every key is
+    guarded, whatever its inferred type: the inference reads columns by name, and a
+    derived column named like an integer column (``name AS age``) or an unmodelled
+    function would pass for a number; of any other type, ``is_valid_utf8`` reads its
+    text, which is always valid."""
     def guard(body: exp.Expression, family: str | None) -> exp.Expression | None:
-        if family != STRING:
-            return None
         valid = exp.Anonymous(this="IS_VALID_UTF8", expressions=[_copy(body)])
         return exp.Case(ifs=[exp.If(this=valid, true=_copy(body))])
     return _guard_keys(expression, ctx, guard)

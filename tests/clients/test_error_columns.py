@@ -248,3 +248,17 @@ def test_sqlalchemy_core_rows_carry_the_error_columns_by_name(url, cursors):
     assert [(r.sex, r.n, r.n_error, r.confidence) for r in rows] == [
         (*row, acc[1], 0.95) for row, acc in zip(result.rows, result.accuracy, strict=True)]
     assert total >= 0  # the first column is still the value
+
+
+def test_a_schema_probe_gets_no_error_columns(pums_file):
+    """jupysql's column probe (no rows, answered from the catalog) lists real columns."""
+    con = dbapi.connect(pums_file, catalog_path("pums"), budget=(100.0, 1e-3),
+                        ledger=":memory:", error_columns=True)
+    try:
+        cur = con.cursor()
+        cur.execute('SELECT * FROM "pums" WHERE 1=0')
+        names = [d[0] for d in cur.description]
+        assert "confidence" not in names and not any(n.endswith("_error") for n in names)
+        assert cur.fetchall() == [] and con.budget.spent == (0.0, 0.0)
+    finally:
+        con.close()

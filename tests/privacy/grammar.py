@@ -508,7 +508,8 @@ class _Query:
         shapes = ["single", "single", "public", "derived", "derived", "cte"]
         users = self.private(("user",))
         if users:
-            shapes += ["users", "left3", "derived_left", "multi_left", "multi_left"]
+            shapes += ["users", "left3", "derived_left", "multi_left", "multi_left",
+                       "rowderived"]
         if "items" in self.tables:
             shapes += ["path"]
         if self.publics():
@@ -774,6 +775,43 @@ class _Query:
         self.with_ = f"WITH {alias} AS ({sql}) "
         s = Src(alias, cols, "uid")
         text, srcs = self._wrap_derived([s], alias, alias)
+        return text, srcs, []
+
+    def _from_rowderived(self):
+        """A derived table that only filters and projects rows (written out by the
+        analysis): an expression named like the user key or a column must not keep its
+        facts, so ``uid % 2 AS uid`` joined on ``uid`` must be refused."""
+        t = self.pick(self.private(("user",)))
+        inner = self.src(t, t.name)
+        uid = t.col(t.user_key)
+        forms = [t.user_key, t.user_key]
+        forms += ([f"{t.user_key} + 0", f"{t.user_key} % 2",
+                   f"CASE WHEN {t.user_key} > 2 THEN {t.user_key} ELSE 0 END"]
+                  if uid.kind == "int" else [f"LOWER({t.user_key})", f"LEFT({t.user_key}, 1)"])
+        uexpr = self.pick(forms)
+        items = [f"{uexpr} AS uid"]
+        cols = [Col("uid", uid.sqltype)]
+        for c in t.cols:
+            if c.name == t.user_key or not self.chance(0.6):
+                continue
+            if c.bounded and c.kind == "int" and self.chance(0.3):
+                # named like the column, bounded like the expression
+                items.append(f"{c.name} * 1000 AS {c.name}")
+                cols.append(Col(c.name, "BIGINT",
+                                c.lower * 1000, c.upper * 1000, nullable=c.nullable))
+            else:
+                items.append(c.name)
+                cols.append(c)
+        where = f" WHERE {self.row_condition(inner, False)}" if self.chance(0.4) else ""
+        alias = self._derived_alias()
+        s = Src(alias, cols, "uid" if uexpr == t.user_key else None)
+        sql = f"SELECT {', '.join(items)} FROM {t.name}{where}"
+        if self.chance(0.3):
+            self.with_ = f"WITH {alias} AS ({sql}) "
+            text = alias
+        else:
+            text = f"({sql}) {alias}"
+        text, srcs = self._wrap_derived([s], text, alias)
         return text, srcs, []
 
     def _from_derived_left(self):
