@@ -244,6 +244,10 @@ def score(trials: list[tuple[list[str], list, list | None]], keys: tuple[str, ..
                 value = cells.get(col)
                 if value is None or t is None:
                     continue
+                if not math.isfinite(float(value)):
+                    # undefined, like NULL: a ratio over a noisy sum released as 0
+                    # (consistent answers) is inf or nan under DuckDB's division
+                    continue
                 err = abs(float(value) - float(t))
                 if float(t) != 0:
                     rel.append(err / abs(float(t)))

@@ -11,7 +11,15 @@ before parsing: it looks only right after the statement's leading ``SELECT`` key
 (after optional whitespace and comments), so the words inside a string literal or
 later in the query are never touched. Options are ``key = number`` pairs; the keys are
 ``epsilon``, ``delta``, ``max_groups_contributed`` (dpsql's ``max_groups``) and
-``max_rows_contributed`` (dpsql's ``max_rows``). Keys are case-insensitive.
+``max_rows_contributed`` (dpsql's ``max_rows``), and dpsql's own ``error_columns``
+(``1`` or ``TRUE``: the DB-API, SQLAlchemy and every client over them return each
+noisy column's error bar as a column ``<name>_error`` and the level as ``confidence``;
+``0`` or ``FALSE``: they do not, whatever the connection says). Keys are
+case-insensitive.
+
+>>> lift_dp_options("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, "
+...                 "error_columns = TRUE) COUNT(*) FROM pums")[1]
+{'epsilon': 1, 'error_columns': True}
 
 >>> lift_dp_options("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5, "
 ...                 "delta = 1e-6, max_groups_contributed = 2) COUNT(*) FROM pums")
@@ -41,7 +49,12 @@ OPTION_KEYS = {
     "delta": "delta",
     "max_groups_contributed": "max_groups",
     "max_rows_contributed": "max_rows",
+    "error_columns": "error_columns",
 }
+
+#: Options that are switches: ``1``/``TRUE`` or ``0``/``FALSE`` (any case), nothing else.
+SWITCHES = frozenset({"error_columns"})
+_SWITCH_VALUES = {"1": True, "true": True, "0": False, "false": False}
 
 #: Longest ``WITH DIFFERENTIAL_PRIVACY OPTIONS (...)`` clause accepted (characters, from
 #: ``WITH`` to the closing parenthesis): four ``key = number`` pairs fit in ~150.
@@ -56,7 +69,8 @@ _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 _INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
 
 
-def lift_dp_options(sql: str, limits: Limits = DEFAULT) -> tuple[str, dict[str, int | float]]:
+def lift_dp_options(sql: str, limits: Limits = DEFAULT
+                    ) -> tuple[str, dict[str, int | float | bool]]:
     """Removes a leading ``WITH DIFFERENTIAL_PRIVACY OPTIONS (...)`` clause from ``sql``.
 
     Args:
@@ -67,13 +81,15 @@ def lift_dp_options(sql: str, limits: Limits = DEFAULT) -> tuple[str, dict[str, 
         The text without the clause (unchanged when there is none; newlines inside the
         clause are kept so later line numbers still match the original text), and the
         options as ``Connection.execute`` keyword arguments (``epsilon``, ``delta``,
-        ``max_groups``, ``max_rows``): an int for an integer literal, else a float.
+        ``max_groups``, ``max_rows``): an int for an integer literal, else a float;
+        and ``error_columns`` as a bool (read by :mod:`dpsql.dbapi`).
 
     Raises:
         UnsupportedQueryError: an unknown option key (the message names it), or a text
             or clause over its length limit.
         ParseError: a malformed clause: no parenthesised options after ``OPTIONS``, a
-            value that is not a finite number, or a key given twice.
+            value that is not a finite number (for ``error_columns``: not 0, 1, TRUE or
+            FALSE), or a key given twice.
 
     >>> lift_dp_options("/* hi */ SELECT\\n  WITH DIFFERENTIAL_PRIVACY\\n"
     ...                 "  OPTIONS(EPSILON=1, max_rows_contributed=3)\\nSUM(age) FROM pums")
@@ -153,8 +169,8 @@ def _word(sql: str, i: int, word: str) -> int | None:
     return end
 
 
-def _parse_options(body: str) -> dict[str, int | float]:
-    options: dict[str, int | float] = {}
+def _parse_options(body: str) -> dict[str, int | float | bool]:
+    options: dict[str, int | float | bool] = {}
     if not body.strip():
         return options
     for item in body.split(","):
@@ -174,7 +190,14 @@ def _parse_options(body: str) -> dict[str, int | float]:
         name = OPTION_KEYS[key]
         if name in options:
             raise ParseError(f"differential privacy option {key} is given twice")
-        options[name] = _number(key, value)
+        if name in SWITCHES:
+            switch = _SWITCH_VALUES.get(value.lower()) if value.isascii() else None
+            if switch is None:
+                raise ParseError(f"differential privacy option {key}: {value[:40]!r} is not "
+                                 "0, 1, TRUE or FALSE")
+            options[name] = switch
+        else:
+            options[name] = _number(key, value)
     return options
 
 
@@ -188,4 +211,4 @@ def _number(key: str, text: str) -> int | float:
     raise ParseError(f"differential privacy option {key}: {text[:40]} is not a finite number")
 
 
-__all__ = ["OPTION_KEYS", "lift_dp_options"]
+__all__ = ["OPTION_KEYS", "SWITCHES", "lift_dp_options"]

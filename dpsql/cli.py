@@ -186,10 +186,13 @@ def _format_result(res, fmt: str) -> str:
     if fmt == "csv":
         import pandas as pd
 
+        # the error bars, the level and the cost as ordinary columns (every CSV reader
+        # takes them; comment lines would break most): Result.error_table(cost=True)
+        columns, rows = res.error_table(cost=True)
         # one line per row, and nothing a terminal would act on
         df = pd.DataFrame.from_records(
-            [tuple(escape(v) if isinstance(v, str) else v for v in row) for row in res.rows],
-            columns=[escape(c) for c in res.columns])
+            [tuple(escape(v) if isinstance(v, str) else v for v in row) for row in rows],
+            columns=[escape(c) for c in columns])
         return df.to_csv(index=False).rstrip("\n")
     if fmt == "json":
         import json
@@ -198,6 +201,8 @@ def _format_result(res, fmt: str) -> str:
             "columns": res.columns,
             "rows": [list(r) for r in res.rows],
             "accuracy": [list(a) for a in res.accuracy],
+            "intervals": [[None if i is None else list(i) for i in row]
+                          for row in res.intervals],
             "confidence": 1 - res.alpha,
             "cost": {"epsilon": res.cost[0], "delta": res.cost[1]},
         }, default=str)

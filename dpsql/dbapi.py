@@ -9,6 +9,16 @@ attributes ``epsilon``, ``delta``, ``max_groups`` and ``max_rows``, which a new 
 copies from its connection, and from :func:`connect`'s keyword arguments of the same
 names.
 
+Error bars as columns: with ``connect(..., error_columns=True)`` (the cursor attribute
+``error_columns``), or per query with ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS
+(error_columns = 1) ...`` (``= 0`` turns them off), each output column that carries an
+error bar is followed by ``<name>_error``, the half-width of its ``1 − alpha``
+interval, and a last column ``confidence`` holds ``1 − alpha`` (0.95; only when some
+column has an error bar): the layout of
+:meth:`dpsql.Result.error_table`. :attr:`Cursor.description` describes them, so every
+client over this module (SQLAlchemy, pandas, polars, jupysql) shows them. Values are
+never rounded.
+
 >>> import duckdb
 >>> from dpsql import dbapi
 >>> from dpsql.datasets import load_pums, catalog_path
@@ -25,6 +35,11 @@ names.
 <dpsql.dbapi.Cursor rowcount=1>
 >>> conn.budget.spent
 (0.75, 0.0)
+>>> cur.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.25, error_columns = 1) "
+...             "sex, COUNT(*) AS n FROM pums GROUP BY sex")
+<dpsql.dbapi.Cursor rowcount=2>
+>>> [d[0] for d in cur.description]
+['sex', 'n', 'n_error', 'confidence']
 
 Transactions do not exist: :meth:`Connection.commit` and :meth:`Connection.rollback` do
 nothing, and in particular **a rollback never refunds budget** — every answered query
@@ -381,6 +396,7 @@ def connect(
     delta: float = 0.0,
     max_groups: int | None = None,
     max_rows: int | None = None,
+    error_columns: bool = False,
 ) -> Connection:
     """Opens a DB-API connection; the arguments are those of :func:`dpsql.connect` plus
     per-query defaults for its cursors.
@@ -394,6 +410,9 @@ def connect(
         delta: default delta of each query.
         max_groups: default override of the tables' ``max_groups``.
         max_rows: default override of the tables' ``max_rows``.
+        error_columns: whether results carry each error bar as a column
+            ``<name>_error`` and the level as ``confidence`` (see the module's
+            docstring); a query's ``error_columns`` option overrides it.
 
     Raises:
         InterfaceError: the catalog is malformed (also a ``CatalogError``).
@@ -402,14 +421,16 @@ def connect(
         ProgrammingError: no budget anywhere, or an invalid one.
     """
     return Connection(database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha,
-                      epsilon=epsilon, delta=delta, max_groups=max_groups, max_rows=max_rows)
+                      epsilon=epsilon, delta=delta, max_groups=max_groups, max_rows=max_rows,
+                      error_columns=error_columns)
 
 
 class Connection:
     """A PEP 249 connection around one :class:`dpsql.Connection`.
 
     Attributes:
-        epsilon, delta, max_groups, max_rows: defaults copied by each new cursor.
+        epsilon, delta, max_groups, max_rows, error_columns: defaults copied by each new
+            cursor.
 
     The PEP 249 exception classes are also attributes (``conn.ProgrammingError``...).
     Closing the connection (or leaving its ``with`` block) closes the dpsql connection;
@@ -430,7 +451,11 @@ class Connection:
     def __init__(self, database: Any, catalog: Any = None, budget=None, *, ledger=None,
                  analyst: str | None = None, alpha: float = 0.05,
                  epsilon: float | None = None, delta: float = 0.0,
-                 max_groups: int | None = None, max_rows: int | None = None):
+                 max_groups: int | None = None, max_rows: int | None = None,
+                 error_columns: bool = False):
+        if not isinstance(error_columns, bool):
+            raise ProgrammingError(
+                f"error_columns must be True or False, got {error_columns!r}")
         with _translating():
             self._conn: _DpsqlConnection | None = _DpsqlConnection(
                 database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha)
@@ -438,6 +463,7 @@ class Connection:
         self.delta = delta
         self.max_groups = max_groups
         self.max_rows = max_rows
+        self.error_columns = error_columns
 
     def _open(self) -> _DpsqlConnection:
         if self._conn is None:
@@ -504,9 +530,12 @@ class Cursor:
         epsilon, delta, max_groups, max_rows: this cursor's privacy options (copied from
             the connection when the cursor is made); a query's ``WITH
             DIFFERENTIAL_PRIVACY OPTIONS`` clause overrides them for that query.
+        error_columns: whether rows carry the error bars as columns (copied from the
+            connection; a query's ``error_columns`` option overrides it).
         arraysize: rows fetched by :meth:`fetchmany` by default (1).
         accuracy: after execute, per row the half-widths of the cells' confidence
-            intervals (None for exact cells), as ``Result.accuracy``.
+            intervals (None for exact cells), as ``Result.accuracy``; parallel to the
+            fetched rows (None in the error and level columns).
         cost: after execute, the (epsilon, delta) the query spent.
         result: after execute, the whole :class:`dpsql.Result`.
     """
@@ -518,6 +547,7 @@ class Cursor:
         self.delta = connection.delta
         self.max_groups = connection.max_groups
         self.max_rows = connection.max_rows
+        self.error_columns = connection.error_columns
         self.lastrowid = None
         self._closed = False
         self._reset()
@@ -575,11 +605,20 @@ class Cursor:
                 max_rows=options.get("max_rows", self.max_rows),
             )
         self.result = result
-        self._rows = [tuple(r) for r in result.rows]
-        self.rowcount = len(self._rows)
-        self.accuracy = list(result.accuracy)
         self.cost = result.cost
-        self.description = self._describe(sql, result, conn.catalog)
+        if options.get("error_columns", self.error_columns):
+            columns, rows = result.error_table()
+            layout = result.layout()
+            self.accuracy = [tuple(acc[what] if kind == "value" else None
+                                   for kind, _, what in layout) for acc in result.accuracy]
+        else:
+            columns, rows = list(result.columns), result.rows
+            layout = None
+            self.accuracy = list(result.accuracy)
+        self._rows = [tuple(r) for r in rows]
+        self.rowcount = len(self._rows)
+        self.description = self._describe(sql, result, conn.catalog, columns, self._rows,
+                                          layout)
         return self
 
     @staticmethod
@@ -664,18 +703,30 @@ class Cursor:
         return f"<dpsql.dbapi.Cursor {state}>"
 
     @staticmethod
-    def _describe(sql: str, result: Result, catalog: Catalog) -> tuple[tuple, ...]:
-        """7-tuples (name, type_code, None, None, None, None, None) for the result."""
+    def _describe(sql: str, result: Result, catalog: Catalog, columns: list[str],
+                  rows: list[tuple], layout: list | None) -> tuple[tuple, ...]:
+        """7-tuples (name, type_code, None, None, None, None, None) for the rows.
+
+        ``layout`` (:func:`dpsql.result.error_layout`) places the error and level
+        columns, None when there are none. An error column without values is DOUBLE.
+        """
         codes: list[str | None] = []
-        for i in range(len(result.columns)):
-            values = (row[i] for row in result.rows if row[i] is not None)
+        for i in range(len(columns)):
+            values = (row[i] for row in rows if row[i] is not None)
             codes.append(_value_type_code(next(values, None)))
         if None in codes:  # a column without values: its type from the query and catalog
             static = _static_type_codes(sql, catalog)
-            if len(static) == len(codes):
-                codes = [c or s for c, s in zip(codes, static, strict=True)]
+            if len(static) == len(result.columns):
+                if layout is None:
+                    codes = [c or s for c, s in zip(codes, static, strict=True)]
+                else:
+                    codes = [c or (static[what] if kind == "value" else "DOUBLE")
+                             for c, (kind, _, what) in zip(codes, layout, strict=True)]
+            elif layout is not None:
+                codes = [c or (None if kind == "value" else "DOUBLE")
+                         for c, (kind, _, _) in zip(codes, layout, strict=True)]
         return tuple((name, code, None, None, None, None, None)
-                     for name, code in zip(result.columns, codes, strict=True))
+                     for name, code in zip(columns, codes, strict=True))
 
 
 def _static_type_codes(sql: str, catalog: Catalog) -> list[str | None]:

@@ -320,6 +320,8 @@ class Connection:
             alpha=alpha,
             split=_split(plan, alpha),
             notes=notes,
+            intervals=answer.intervals,
+            noisy=answer.noisy,
         )
 
     def explain(

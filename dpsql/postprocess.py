@@ -12,13 +12,32 @@ merely binding). Error bars are derived alongside in
 Python by interval arithmetic: for an output that depends on ``m`` noisy statistics,
 each statistic's interval is taken at level ``α/m``, so by the union bound the
 output's interval holds with probability at least ``1 − α``.
+
+Consistent answers. Every released cell is first brought into the range its public
+bounds allow (:func:`cell_range`): a count (rows, users or distinct values) is not
+negative, a SUM of values clamped to ``[L, U]`` with ``L >= 0`` is not negative (and
+with ``U <= 0`` not positive), an AVG lies in ``[L, U]``, a VARIANCE in
+``[0, ((U − L)/2)²]`` (twice that for the sample variance, which ``n/(n − 1) <= 2``
+allows), a STDDEV in the square roots of those, and a quantile in ``[L, U]``. Every
+interval is intersected with the same range. This is post-processing, so it is free:
+the function reads one noisy value and bounds that come from the catalog and the query
+(never from the data), and the rest of this module (HAVING, ORDER BY, outer
+expressions) sees only the consistent values. Clamping a value ``v`` into a range
+``R`` that holds the true value ``t`` never moves it further from ``t``
+(``|clamp(v) − t| <= |v − t|``), so ``[clamp(v) − w, clamp(v) + w] ∩ R`` holds ``t``
+whenever ``[v − w, v + w]`` does: the intervals keep their ``1 − α`` coverage, and
+unlike ``[v − w, v + w] ∩ R`` they are never empty. After the intersection an interval
+need not be symmetric: the half-width (``Result.accuracy``) stays the larger distance
+from the value to an end of the interval, and the interval itself is
+``Result.intervals``.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 
 import duckdb
 import pyarrow as pa
@@ -30,7 +49,7 @@ from dpsql.analyze.domains import (
     column_text,
     length_bounds,
 )
-from dpsql.analyze.plan import Cell, Plan
+from dpsql.analyze.plan import Cell, Plan, Statistic
 from dpsql.errors import PostprocessError, UnsupportedQueryError
 from dpsql.limits import DEFAULT, Limits
 from dpsql.mechanisms import quantile
@@ -46,17 +65,76 @@ EMPTY_BIN_LEVEL = 0.001
 
 @dataclass
 class Answer:
+    """The analyst's answer.
+
+    Attributes:
+        columns: output names.
+        rows: the released values, one tuple per group.
+        accuracy: per cell the half-width of its ``1 − alpha`` interval (None: exact).
+        intervals: per cell its ``1 − alpha`` interval ``(low, high)`` intersected with
+            what the bounds allow (None: exact); ``low <= value <= high``.
+        noisy: per column whether it carries an error bar (depends on a noisy cell).
+    """
+
     columns: list[str]
     rows: list[tuple]
     accuracy: list[tuple]
+    intervals: list[tuple] = field(default_factory=list)
+    noisy: tuple[bool, ...] = ()
+
+
+def stat_range(stat: Statistic) -> tuple[float, float]:
+    """What a statistic's true value can be, from public facts alone.
+
+    Counts of rows, users or distinct values are not negative. A sum of values clamped
+    to ``[L, U]`` (minus ``center``) has the sign of its terms where all terms share
+    one: not negative when ``L − center >= 0``, not positive when ``U − center <= 0``.
+    ``L``, ``U`` and ``center`` come from the catalog's bounds and the query, never from
+    the data.
+    """
+    if stat.kind in ("count", "users", "distinct", "sumsq"):
+        return (0.0, math.inf)
+    if stat.kind == "sum" and stat.interval is not None:
+        low = 0.0 if stat.interval.lower - stat.center >= 0 else -math.inf
+        high = 0.0 if stat.interval.upper - stat.center <= 0 else math.inf
+        return (low, high)
+    return (-math.inf, math.inf)
+
+
+def cell_range(plan: Plan, cell: Cell) -> tuple[float, float]:
+    """What an aggregate of the analyst's query can be, from public bounds alone.
+
+    See the module's docstring; AVG and quantiles lie within their value bounds, a
+    variance between 0 and its largest value over bounded values.
+    """
+    if cell.kind == "stat":
+        return stat_range(plan.stat(cell.stats[0]))
+    if cell.kind in VARIANCES:
+        top = _max_variance(cell)
+        return (0.0, math.sqrt(top) if cell.kind.startswith("std") else top)
+    return (cell.lower, cell.upper)
+
+
+def _clamp(value, low: float, high: float):
+    """``value`` moved into ``[low, high]``; an integer stays an integer."""
+    if value < low:
+        return int(low) if isinstance(value, int) else float(low)
+    if value > high:
+        return int(high) if isinstance(value, int) else float(high)
+    return value
 
 
 def cell_values(plan: Plan, noisy: NoisyGroups) -> dict[str, list]:
-    """The value of every aggregate cell in every released group."""
+    """The released value of every aggregate cell in every released group.
+
+    Each value is consistent with public bounds (:func:`cell_range`): post-processing
+    of the noisy statistics, so free under DP.
+    """
     out: dict[str, list] = {}
     for cell in plan.cells:
         if cell.kind == "stat":
-            out[cell.name] = list(noisy.stats[cell.stats[0]])
+            low, high = cell_range(plan, cell)
+            out[cell.name] = [_clamp(v, low, high) for v in noisy.stats[cell.stats[0]]]
         elif cell.kind == "quantile":
             stat = plan.stat(cell.stats[0])
             # MIN and MAX: bins below the noise level count as empty
@@ -77,10 +155,18 @@ def _avg(cell: Cell, total: float, count: float) -> float:
     # AVG = m + SUM(x - m) / COUNT(x); a noisy count below 1 is read as 1, and the
     # result is clamped to the value bounds (both post-processing).
     value = cell.center + total / max(count, 1)
-    return min(max(value, cell.lower), cell.upper)
+    return float(min(max(value, cell.lower), cell.upper))
 
 
 VARIANCES = ("var_pop", "var_samp", "std_pop", "std_samp")
+
+
+def _max_variance(cell: Cell) -> float:
+    """The largest variance of values in ``[lower, upper]``: ``((U − L)/2)²`` for the
+    population variance, twice that for the sample variance (``n/(n − 1) <= 2`` for the
+    ``n >= 2`` values it is defined on)."""
+    half = max(cell.center - cell.lower, cell.upper - cell.center)
+    return half**2 * (2 if cell.kind.endswith("samp") else 1)
 
 
 def _variance(cell: Cell, squares: float, total: float, count: float) -> float:
@@ -89,7 +175,7 @@ def _variance(cell: Cell, squares: float, total: float, count: float) -> float:
     half = max(cell.center - cell.lower, cell.upper - cell.center)
     var = min(max(squares / n - (total / n) ** 2, 0.0), half**2)
     if cell.kind.endswith("samp") and n > 1:
-        var *= n / (n - 1)
+        var = min(var * n / (n - 1), _max_variance(cell))
     return math.sqrt(var) if cell.kind.startswith("std") else var
 
 
@@ -124,16 +210,17 @@ def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
                     f"post-processing the noisy answer failed ({type(exc).__name__})"
                 ) from None
 
-    rows, accuracy = [], []
+    rows, accuracy, intervals = [], [], []
     for row in result:
         rid = row[-1]
         values = row[:-1]
         rows.append(tuple(values))
-        accuracy.append(tuple(
-            _half_width(plan, out, value, rid, noisy, cells, alpha)
-            for out, value in zip(plan.outputs, values, strict=True)
-        ))
-    return Answer([o.name for o in plan.outputs], rows, accuracy)
+        bars = [_error_bar(plan, out, value, rid, noisy, cells, alpha)
+                for out, value in zip(plan.outputs, values, strict=True)]
+        accuracy.append(tuple(b[0] for b in bars))
+        intervals.append(tuple(b[1] for b in bars))
+    return Answer([o.name for o in plan.outputs], rows, accuracy, intervals,
+                  tuple(bool(o.cells) for o in plan.outputs))
 
 
 def postprocess_query(plan: Plan) -> exp.Select:
@@ -288,9 +375,14 @@ def stat_half_width(plan: Plan, name: str, alpha: float) -> float:
     return plan.stat(name).mechanism.accuracy(alpha)
 
 
-def _half_width(plan, out, value, rid, noisy, cells, alpha) -> float | None:
+def _error_bar(plan, out, value, rid, noisy, cells, alpha):
+    """An output cell's half-width and its interval within the bounds, or (None, None).
+
+    The interval holds the released value; the half-width is the larger distance from
+    the value to an end of it, so ``value ± half-width`` covers the interval.
+    """
     if not out.cells or value is None:
-        return None
+        return None, None
     stats = sorted({s for c in plan.cells if c.name in out.cells for s in c.stats})
     level = alpha / len(stats)
     widths = {s: stat_half_width(plan, s, level) for s in stats
@@ -298,7 +390,8 @@ def _half_width(plan, out, value, rid, noisy, cells, alpha) -> float | None:
     if isinstance(out.expr, exp.Column):
         cell = next(c for c in plan.cells if c.name == out.expr.name)
         if cell.kind == "stat":  # the statistic itself: its own (integer) half-width
-            return widths[cell.stats[0]]
+            return widths[cell.stats[0]], _cell_interval(cell, rid, noisy, cells, widths,
+                                                         plan, level)
     env = {}
     for i, key in enumerate(plan.keys):
         env[key.name] = _point(noisy.keys[rid][i])
@@ -306,9 +399,16 @@ def _half_width(plan, out, value, rid, noisy, cells, alpha) -> float | None:
         if cell.name in out.cells:
             env[cell.name] = _cell_interval(cell, rid, noisy, cells, widths, plan, level)
     low, high = _Intervals(env).visit(out.expr)
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        return None, None  # e.g. a CASE over aggregates that answers text
     value = float(value)
+    if math.isnan(value):
+        return math.inf, (-math.inf, math.inf)
+    low, high = min(low, value), max(high, value)
     width = max(value - low, high - value, 0.0)
-    return width if math.isfinite(width) else math.inf
+    if not math.isfinite(width):
+        return math.inf, (low, high)
+    return width, (low, high)
 
 
 def _point(value):
@@ -325,8 +425,11 @@ def _cell_interval(cell: Cell, rid: int, noisy: NoisyGroups, cells, widths, plan
         value = cells[cell.name][rid]
         return (min(low, value), max(high, value))
     if cell.kind == "stat":
-        v, h = noisy.stats[cell.stats[0]][rid], widths[cell.stats[0]]
-        return (v - h, v + h)
+        # around the released (clamped) value, cut to the range: it holds the truth
+        # whenever the interval around the noisy value does, and is never empty
+        v, h = cells[cell.name][rid], widths[cell.stats[0]]
+        low, high = cell_range(plan, cell)
+        return (_clamp(v - h, low, high), _clamp(v + h, low, high))
     if cell.kind in VARIANCES:
         (q, s, n), (hq, hs, hn) = ((noisy.stats[x][rid] for x in cell.stats),
                                    (widths[x] for x in cell.stats))
@@ -346,8 +449,8 @@ def _cell_interval(cell: Cell, rid: int, noisy: NoisyGroups, cells, widths, plan
         for c in (count - hc, count + hc)
     ]
     return (
-        min(max(min(candidates), cell.lower), cell.upper),
-        min(max(max(candidates), cell.lower), cell.upper),
+        float(min(max(min(candidates), cell.lower), cell.upper)),
+        float(min(max(max(candidates), cell.lower), cell.upper)),
     )
 
 

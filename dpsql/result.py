@@ -11,23 +11,69 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from dpsql.text import escape
 
 
-def _fmt(value: Any, width: float | None = None) -> str:
+def _fmt(value: Any, width: float | None = None,
+         interval: tuple[float, float] | None = None) -> str:
+    """A cell as shown: the value rounded to what its error bar supports, with the bar.
+
+    With a finite, positive half-width ``w`` the value is rounded to the unit of the
+    second significant digit of ``w`` (``49391.03 ± 6834.9`` shows as
+    ``49,400 ± 6,900``); ``w`` itself is rounded up to two significant digits, so the
+    bar shown is never narrower than the one computed. When the interval is not
+    ``value ± w`` at the precision shown (bounds cut it, or interval arithmetic made
+    it asymmetric, as for an AVG), it is shown as ``[low, high]`` instead, its ends
+    rounded outwards (``0 [0, 6]`` for a count released as 0). Without an error
+    bar, or with ``w`` 0 or infinite, the value is shown as before (two decimals).
+    """
+    if isinstance(value, Decimal):  # DuckDB's answer to e.g. COUNT(*) * 1.5
+        value = float(value)
+    if width is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return _plain(value)
+    if not (isinstance(width, int | float) and math.isfinite(width) and width > 0
+            and math.isfinite(value) and abs(value) < 1e15):
+        text = _plain(value)
+        if isinstance(width, int | float) and math.isinf(width):
+            return f"{text} ± inf"
+        if isinstance(value, int) and float(width).is_integer():
+            width = int(width)
+        return f"{text} ± {width:,.2f}" if isinstance(width, float) else f"{text} ± {width:,}"
+    exponent = math.floor(math.log10(width)) - 1  # the unit of w's second digit
+    if isinstance(value, int) and isinstance(width, int) and exponent < 0:
+        exponent = 0
+    unit = 10.0 ** exponent
+    shown_width = math.ceil(width / unit - 1e-9) * unit
+    if math.floor(math.log10(shown_width)) - 1 > exponent:  # 9.95 rounds up to 10
+        exponent += 1
+        unit = 10.0 ** exponent
+    decimals = max(0, -exponent)
+
+    def num(x: float, how=_round) -> str:
+        return f"{how(x / unit) * unit:,.{decimals}f}"
+
+    text = num(value)
+    if interval is not None and all(isinstance(e, int | float) for e in interval):
+        low, high = interval
+        cut_low = num(low, math.floor) != num(value - width, math.floor)
+        cut_high = num(high, math.ceil) != num(value + width, math.ceil)
+        if (cut_low or cut_high) and math.isfinite(low) and math.isfinite(high):
+            return f"{text} [{num(low, math.floor)}, {num(high, math.ceil)}]"
+    return f"{text} ± {num(width, math.ceil)}"
+
+
+def _round(x: float) -> int:
+    """Rounds half away from zero (``round`` rounds 1234.5 to the even 1234)."""
+    return int(math.copysign(math.floor(abs(x) + 0.5), x))
+
+
+def _plain(value: Any) -> str:
     if isinstance(value, float):
-        text = f"{value:,.2f}" if abs(value) < 1e15 else f"{value:.6g}"
-    else:
-        text = "NULL" if value is None else str(value)
-    if width is None:
-        return text
-    if isinstance(value, int) and not isinstance(value, bool) and float(width).is_integer():
-        width = int(width)
-    if math.isinf(width):
-        return f"{text} ± inf"
-    return f"{text} ± {width:,.2f}" if isinstance(width, float) else f"{text} ± {width:,}"
+        return f"{value:,.2f}" if abs(value) < 1e15 else f"{value:.6g}"
+    return "NULL" if value is None else str(value)
 
 
 def _table(header: list[str], body: list[list[str]]) -> str:
@@ -69,20 +115,71 @@ def _arrow_column(values: list):
         return pa.array([None if v is None else str(v) for v in values], type=pa.string())
 
 
+#: Suffix of the column holding an output's error bar (its half-width).
+ERROR_SUFFIX = "_error"
+#: Name of the column holding the confidence level (``1 − alpha``, e.g. 0.95).
+LEVEL_COLUMN = "confidence"
+
+
+def error_layout(columns: list[str], noisy: list[bool],
+                 extra: tuple[str, ...] = (LEVEL_COLUMN,)) -> list[tuple[str, str, Any]]:
+    """Where the error columns go and what they are called.
+
+    Each output column that carries an error bar is followed by ``<name>_error``; the
+    ``extra`` columns (the level, and for CSV the cost) come last. A name already taken
+    by an output column or an earlier error column, compared case-insensitively (SQL
+    clients often fold case), gets ``_2``, ``_3``, ... appended; outputs are taken in
+    order, so the names depend only on the column names.
+
+    Returns:
+        ``(kind, name, what)`` per column: ``("value", name, i)`` for output ``i``,
+        ``("error", name, i)`` for its half-width, ``("extra", name, key)``.
+
+    >>> [n for _, n, _ in error_layout(["sex", "n", "n_error"], [False, True, True])]
+    ['sex', 'n', 'n_error_2', 'n_error', 'n_error_error', 'confidence']
+    """
+    taken = {c.casefold() for c in columns}
+
+    def fresh(base: str) -> str:
+        name, i = base, 2
+        while name.casefold() in taken:
+            name, i = f"{base}_{i}", i + 1
+        taken.add(name.casefold())
+        return name
+
+    layout: list[tuple[str, str, Any]] = []
+    for i, name in enumerate(columns):
+        layout.append(("value", name, i))
+        if noisy[i]:
+            layout.append(("error", fresh(name + ERROR_SUFFIX), i))
+    layout += [("extra", fresh(key), key) for key in extra]
+    return layout
+
+
 @dataclass(frozen=True)
 class Result:
     """A private answer.
 
     Attributes:
         columns: output column names.
-        rows: one tuple per released group, in ``columns`` order.
+        rows: one tuple per released group, in ``columns`` order; full-precision values
+            (only the text and HTML displays round them).
         accuracy: parallel to ``rows``: per cell the half-width of its ``1 − alpha``
-            confidence interval, None for group keys and other exact columns.
+            confidence interval, None for group keys and other exact columns. Where
+            public bounds cut the interval (see ``intervals``), the half-width is the
+            larger distance from the value to an end, so ``value ± half-width`` still
+            covers the interval.
         cost: the (epsilon, delta) this query spent.
         sql: the rewritten SQL that ran on the backend.
         alpha: the confidence level's complement (0.05 for 95% intervals).
         split: how the cost was split across the query's noisy statistics.
         notes: caveats, e.g. that clamping may bias sums.
+        intervals: parallel to ``rows``: per cell its ``1 − alpha`` interval
+            ``(low, high)`` intersected with what the bounds allow (a count's starts at
+            0), None for exact cells; ``low <= value <= high``. Empty when the result
+            was built without them: then ``value ± half-width``.
+        noisy: per column whether it carries an error bar; empty: read off
+            ``accuracy``.
     """
 
     columns: list[str]
@@ -93,21 +190,93 @@ class Result:
     alpha: float = 0.05
     split: list[dict] = field(default_factory=list)
     notes: tuple[str, ...] = ()
+    intervals: list[tuple] = field(default_factory=list)
+    noisy: tuple[bool, ...] = ()
+
+    @property
+    def confidence(self) -> float:
+        """The confidence level of the error bars, ``1 − alpha`` (e.g. 0.95)."""
+        return round(1 - self.alpha, 12)
+
+    @property
+    def noisy_columns(self) -> list[bool]:
+        """Per column whether it carries an error bar (gets an ``_error`` column)."""
+        if len(self.noisy) == len(self.columns):
+            return list(self.noisy)
+        return [any(acc[i] is not None for acc in self.accuracy)
+                for i in range(len(self.columns))]
+
+    def _interval(self, r: int, i: int):
+        if self.intervals:
+            return self.intervals[r][i]
+        value, width = self.rows[r][i], self.accuracy[r][i]
+        if width is None or not isinstance(value, int | float):
+            return None
+        return (value - width, value + width)
+
+    def layout(self, cost: bool = False) -> list[tuple[str, str, Any]]:
+        """The columns of :meth:`error_table` (see :func:`error_layout`).
+
+        The level column comes only when some column carries an error bar (a schema
+        probe answered from the catalog gets none); the cost columns with ``cost``.
+        """
+        noisy = self.noisy_columns
+        extra = ((LEVEL_COLUMN,) if any(noisy) else ()) + (("epsilon", "delta") if cost
+                                                          else ())
+        return error_layout(list(self.columns), noisy, extra)
+
+    def error_table(self, cost: bool = False) -> tuple[list[str], list[tuple]]:
+        """The answer with its error bars as ordinary columns.
+
+        Each output column with an error bar is followed by ``<name>_error``, the
+        half-width of its ``1 − alpha`` interval (as in :attr:`accuracy`; None where
+        the value is NULL or exact), and a last column ``confidence`` holds
+        ``1 − alpha`` (0.95) when there is at least one such column. With ``cost``,
+        two more columns ``epsilon`` and ``delta`` repeat the query's total cost on
+        every row. Names already used by an output
+        column get ``_2``, ``_3``, ... (:func:`error_layout`).
+
+        Returns:
+            ``(columns, rows)``.
+
+        >>> r = Result(["sex", "n"], [(0, 486), (1, 508)], [(None, 6), (None, 6)],
+        ...            (0.5, 0.0), "")
+        >>> r.error_table()
+        (['sex', 'n', 'n_error', 'confidence'], [(0, 486, 6, 0.95), (1, 508, 6, 0.95)])
+        """
+        layout = self.layout(cost)
+        consts = {LEVEL_COLUMN: self.confidence, "epsilon": float(self.cost[0]),
+                  "delta": float(self.cost[1])}
+        rows = []
+        for row, acc in zip(self.rows, self.accuracy, strict=True):
+            rows.append(tuple(row[what] if kind == "value" else acc[what] if kind == "error"
+                              else consts[what] for kind, _, what in layout))
+        return [name for _, name, _ in layout], rows
 
     @property
     def df(self):
-        """The rows as a pandas DataFrame (columns as in ``columns``)."""
+        """The answer as a pandas DataFrame, with its error bars as columns.
+
+        The columns of :meth:`error_table`: each output column, followed by
+        ``<name>_error`` (the half-width of its ``1 − alpha`` interval) where it has an
+        error bar, and a last column ``confidence`` (``1 − alpha``). Values are not
+        rounded. ``df.attrs`` holds ``epsilon``, ``delta`` and ``confidence``.
+        """
         import pandas as pd
 
-        return pd.DataFrame.from_records(self.rows, columns=self.columns)
+        columns, rows = self.error_table()
+        frame = pd.DataFrame.from_records(rows, columns=columns)
+        frame.attrs.update(epsilon=float(self.cost[0]), delta=float(self.cost[1]),
+                           confidence=self.confidence)
+        return frame
 
     @property
     def arrow(self):
         """The rows as a pyarrow Table (columns as in ``columns``), values only.
 
-        The error bars are not columns of the table: they are in :attr:`accuracy`. The
-        table's schema metadata records the cost and confidence level
-        (``dpsql.epsilon``, ``dpsql.delta``, ``dpsql.confidence``).
+        The error bars are not columns of the table: they are in :attr:`accuracy` (and
+        :meth:`error_table`, :attr:`df`). The table's schema metadata records the cost
+        and confidence level (``dpsql.epsilon``, ``dpsql.delta``, ``dpsql.confidence``).
         """
         import pyarrow as pa
 
@@ -124,27 +293,33 @@ class Result:
     def __iter__(self):
         return iter(self.rows)
 
+    def _body(self) -> list[list[str]]:
+        """Cells as shown: each value rounded to its error bar (:func:`_fmt`)."""
+        return [[_fmt(v, w, self._interval(r, i))
+                 for i, (v, w) in enumerate(zip(row, acc, strict=True))]
+                for r, (row, acc) in enumerate(zip(self.rows, self.accuracy, strict=True))]
+
     def __str__(self) -> str:
-        body = [[_fmt(v, w) for v, w in zip(row, acc, strict=True)]
-                for row, acc in zip(self.rows, self.accuracy, strict=True)]
         conf = f"{100 * (1 - self.alpha):g}%"
         return (
-            _table(list(self.columns), body)
-            + f"\n({len(self.rows)} rows; ± is the {conf} interval half-width; "
-            f"spent epsilon={self.cost[0]:g}, delta={self.cost[1]:g})"
+            _table(list(self.columns), self._body())
+            + f"\n({len(self.rows)} rows; ± is the {conf} interval half-width, [low, high] "
+            f"the {conf} interval where bounds cut it or it is not symmetric; values "
+            f"rounded to their error bars; spent epsilon={self.cost[0]:g}, "
+            f"delta={self.cost[1]:g})"
         )
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
         """Notebook display: each value with its ± error bar, the cost and confidence."""
-        body = [[_fmt(v, w) for v, w in zip(row, acc, strict=True)]
-                for row, acc in zip(self.rows, self.accuracy, strict=True)]
         conf = f"{100 * (1 - self.alpha):g}%"
-        footer = (f"{len(self.rows)} rows; ± is the {conf} confidence interval half-width; "
-                  f"spent ε = {self.cost[0]:g}, δ = {self.cost[1]:g}")
+        footer = (f"{len(self.rows)} rows; ± is the {conf} confidence interval half-width, "
+                  f"[low, high] the {conf} interval where bounds cut it or it is not symmetric; "
+                  f"values rounded to their error bars; spent ε = {self.cost[0]:g}, "
+                  f"δ = {self.cost[1]:g}")
         notes = "".join(f"<li>{html.escape(escape(n))}</li>" for n in self.notes)
-        return ('<div class="dpsql-result">' + _html_table(list(self.columns), body)
+        return ('<div class="dpsql-result">' + _html_table(list(self.columns), self._body())
                 + f"<p><small>{html.escape(footer)}</small></p>"
                 + (f'<ul style="font-size:smaller">{notes}</ul>' if notes else "") + "</div>")
 

@@ -8,8 +8,10 @@ URL::
 (three slashes and a relative path, four for an absolute one). Query keys: ``catalog``
 (required unless the service pins it with ``DPSQL_CATALOG``), ``epsilon``, ``delta``,
 ``max_groups``, ``max_rows`` (the cursors' per-query defaults), ``ledger``,
-``analyst``, ``alpha``, and ``budget_epsilon`` / ``budget_delta`` (the ``budget=``
-cap). Unknown keys are refused. Whoever writes the URL chooses these, so a service whose
+``analyst``, ``alpha``, ``budget_epsilon`` / ``budget_delta`` (the ``budget=``
+cap), and ``error_columns=true`` (each error bar as a column ``<name>_error`` and the
+level as ``confidence``, see :mod:`dpsql.dbapi`; ``true``/``false``, ``1``/``0``).
+Unknown keys are refused. Whoever writes the URL chooses these, so a service whose
 analysts write URLs pins the catalog, the ledger and the analyst (see
 :mod:`dpsql.ledger`): a URL that names another is refused when it connects
 (``sqlalchemy.exc.OperationalError`` wrapping a :class:`dpsql.LedgerError`).
@@ -72,6 +74,8 @@ _FLOAT_KEYS = ("epsilon", "delta", "alpha")
 _INT_KEYS = ("max_groups", "max_rows")
 _STR_KEYS = ("catalog", "ledger", "analyst")
 _BUDGET_KEYS = ("budget_epsilon", "budget_delta")
+_BOOL_KEYS = ("error_columns",)
+_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 def _writes_refused(what: str) -> sa_exc.CompileError:
@@ -147,7 +151,7 @@ class DpsqlDuckDBDialect(default.DefaultDialect):
                 value that is not a number where one is needed.
         """
         query = dict(url.query)
-        known = {*_FLOAT_KEYS, *_INT_KEYS, *_STR_KEYS, *_BUDGET_KEYS}
+        known = {*_FLOAT_KEYS, *_INT_KEYS, *_STR_KEYS, *_BUDGET_KEYS, *_BOOL_KEYS}
         unknown = sorted(set(query) - known)
         if unknown:
             raise sa_exc.ArgumentError(
@@ -174,6 +178,11 @@ class DpsqlDuckDBDialect(default.DefaultDialect):
                 args[key] = _number(key, value, float)
             elif key in _INT_KEYS:
                 args[key] = _number(key, value, int)
+            elif key in _BOOL_KEYS:
+                if value.lower() not in _BOOLS:
+                    raise sa_exc.ArgumentError(
+                        f"dpsql URL parameter {key}={value[:40]!r} is not true or false")
+                args[key] = _BOOLS[value.lower()]
         if any(k in query for k in _BUDGET_KEYS):
             args["budget"] = (_number("budget_epsilon", query.get("budget_epsilon", "0"), float),
                               _number("budget_delta", query.get("budget_delta", "0"), float))

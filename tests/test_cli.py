@@ -67,7 +67,8 @@ def test_query_charges_the_ledger_and_budget_commands(tmp_path):
     cat = str(catalog_path("pums"))
     out = run("query", "SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex", "-d", str(db),
               "-c", cat, "-e", "0.5", "--analyst", "bob", "--format", "csv").stdout
-    assert out.splitlines()[0] == "sex,n" and len(out.splitlines()) == 3
+    assert out.splitlines()[0] == "sex,n,n_error,confidence,epsilon,delta"
+    assert len(out.splitlines()) == 3
     import json
 
     out = run("query", "SELECT COUNT(*) AS n FROM pums", "-d", str(db), "-c", cat, "-e",

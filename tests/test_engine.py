@@ -24,7 +24,8 @@ def test_issue_example(tmp_path):
     assert [r[0] for r in res.rows] == [0, 1]
     assert all(isinstance(r, tuple) and len(r) == 3 for r in res.rows)
     assert isinstance(res.df, pd.DataFrame)
-    assert list(res.df.columns) == res.columns
+    assert list(res.df.columns) == ["sex", "n", "n_error", "avg_income", "avg_income_error",
+                                    "confidence"]  # the error bars as columns
     assert len(res.accuracy) == len(res.rows)
     for acc in res.accuracy:
         assert acc[0] is None
