@@ -205,6 +205,7 @@ def _format_result(res, fmt: str) -> str:
                           for row in res.intervals],
             "confidence": 1 - res.alpha,
             "cost": {"epsilon": res.cost[0], "delta": res.cost[1]},
+            "notes": list(res.notes),
         }, default=str)
     return str(res)
 

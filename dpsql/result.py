@@ -307,6 +307,8 @@ class Result:
             f"the {conf} interval where bounds cut it or it is not symmetric; values "
             f"rounded to their error bars; spent epsilon={self.cost[0]:g}, "
             f"delta={self.cost[1]:g})"
+            # why an answer has few or no rows (partition selection) and other caveats
+            + "".join(f"\nNote: {escape(n)}" for n in self.notes)
         )
 
     __repr__ = __str__
