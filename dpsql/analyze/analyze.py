@@ -26,7 +26,7 @@ from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import MAX_MAGNITUDE, Interval, bounds
 from dpsql.analyze.derived import inline_ctes
 from dpsql.analyze.determined import determined_columns, key_is_determined
-from dpsql.analyze.domains import check_value_lengths, domain
+from dpsql.analyze.domains import check_value_lengths, domain, released_groups
 from dpsql.analyze.plan import Cell, GroupKey, Output, Plan, Statistic
 from dpsql.analyze.scope import Scope, build_scope
 from dpsql.catalog import Catalog
@@ -159,7 +159,10 @@ def analyze(
             ordered.set("this", a.post_expr(ordered.this, keys, "ORDER BY", by_alias))
 
     public = all(k.domain is not None for k in keys)
-    domain_size = math.prod(len(k.domain) for k in keys if k.domain is not None)
+    # WHERE and INNER JOIN conditions over keys restrict the released combinations
+    groups = _restrict_domains(a, keys, where, scope) if keys and public else None
+    domain_size = len(groups) if groups is not None else math.prod(
+        len(k.domain) for k in keys if k.domain is not None)
     if public and domain_size > catalog.limits.max_domain_cells:
         raise UnsupportedQueryError(
             f"GROUP BY over public domains has {domain_size} key combinations; "
@@ -173,9 +176,9 @@ def analyze(
     if not keys or single_group:
         G_eff, bound = 1, False
     elif public:
-        # keys outside the domain are filtered out, so a user cannot reach more
-        # groups than the domain has
-        G_eff, bound = min(G, domain_size), domain_size > G
+        # keys outside the domain are filtered out and only the domain's combinations
+        # are released, so a user reaches at most that many released groups
+        G_eff, bound = max(1, min(G, domain_size)), domain_size > G
     else:
         G_eff, bound = G, True
 
@@ -243,6 +246,7 @@ def analyze(
         mechanism=mechanism,
         rho=rho_total,
         one_row_per_user=bool(one_row),
+        groups=groups,
     )
     if single_group and keys and not one_row and G > 1:
         plan.notes.append(
@@ -479,6 +483,46 @@ class _Analysis:
         if isinstance(e, exp.Add | exp.Sub | exp.Mul):
             return self._never_null(e.this) and self._never_null(e.expression)
         return False
+
+
+def _restrict_domains(a: _Analysis, keys: list[GroupKey], where: exp.Expression | None,
+                      scope: Scope) -> list[tuple] | None:
+    """The public key combinations rows passing WHERE and INNER JOIN ON can have.
+
+    Evaluated on the keys' domains alone (:func:`dpsql.analyze.domains.released_groups`,
+    which argues why that is sound); each key's domain shrinks to the values some
+    released combination has. None: every combination of the domains is released.
+    """
+    conditions = _conjuncts(where)
+    for s in scope.sources:
+        if s.kind == "inner" and s.on is not None:  # a LEFT JOIN's ON filters nothing
+            conditions += _conjuncts(s.on)
+    left = {s.alias for s in scope.sources if s.kind == "left"}
+
+    def outer(col: exp.Column) -> bool:
+        # NULL-extended by a LEFT JOIN (or in a derived table's FROM, not traced here)
+        return bool(left) and (col.table in left
+                               or all(s.alias != col.table for s in scope.sources))
+
+    work = a.__dict__.setdefault("domain_work", [0])
+    groups = released_groups([(k.expr, k.domain) for k in keys], conditions,
+                             scope.column, a.limits, work, outer)
+    if groups is not None:
+        for i, k in enumerate(keys):
+            kept = {g[i] for g in groups}
+            k.domain = tuple(v for v in k.domain if v in kept)
+    return groups
+
+
+def _conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
+    """The top-level AND terms of a condition."""
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if e is None:
+        return []
+    if isinstance(e, exp.And):
+        return _conjuncts(e.this) + _conjuncts(e.expression)
+    return [e]
 
 
 def _within_group(node: exp.Expression) -> exp.Expression:
