@@ -26,7 +26,12 @@ from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import MAX_MAGNITUDE, Interval, bounds
 from dpsql.analyze.derived import inline_ctes
 from dpsql.analyze.determined import determined_columns, key_is_determined
-from dpsql.analyze.domains import check_value_lengths, domain, released_groups
+from dpsql.analyze.domains import (
+    Combinations,
+    check_value_lengths,
+    domain,
+    released_groups,
+)
 from dpsql.analyze.plan import Cell, GroupKey, Output, Plan, Statistic
 from dpsql.analyze.scope import Scope, build_scope
 from dpsql.catalog import Catalog
@@ -486,7 +491,7 @@ class _Analysis:
 
 
 def _restrict_domains(a: _Analysis, keys: list[GroupKey], where: exp.Expression | None,
-                      scope: Scope) -> list[tuple] | None:
+                      scope: Scope) -> Combinations | None:
     """The public key combinations rows passing WHERE and INNER JOIN ON can have.
 
     Evaluated on the keys' domains alone (:func:`dpsql.analyze.domains.released_groups`,
@@ -509,8 +514,7 @@ def _restrict_domains(a: _Analysis, keys: list[GroupKey], where: exp.Expression 
                              scope.column, a.limits, work, outer)
     if groups is not None:
         for i, k in enumerate(keys):
-            kept = {g[i] for g in groups}
-            k.domain = tuple(v for v in k.domain if v in kept)
+            k.domain = groups.values(i)
     return groups
 
 

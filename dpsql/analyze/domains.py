@@ -72,6 +72,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
@@ -254,7 +255,8 @@ def released_groups(keys: Sequence[tuple[exp.Expression, tuple]],
                     conditions: Sequence[exp.Expression],
                     lookup: Callable[[exp.Column], Column], limits: Limits = DEFAULT,
                     work: list[int] | None = None,
-                    outer: Callable[[exp.Column], bool] = lambda c: False) -> list[tuple] | None:
+                    outer: Callable[[exp.Column], bool] = lambda c: False
+                    ) -> Combinations | None:
     """The key combinations of public-domain keys that rows passing ``conditions`` can have.
 
     ``WHERE race IN (1, 2) GROUP BY race`` releases races 1 and 2 only; ``WHERE age >= 18
@@ -307,15 +309,15 @@ def released_groups(keys: Sequence[tuple[exp.Expression, tuple]],
             read as an input: its domain would lack the NULL).
 
     Returns:
-        The released combinations in the order of the product of the domains, or None
-        when no condition restricts them (release the whole product).
+        The released combinations (iterated in the order of the product of the
+        domains), or None when no condition restricts them (release the whole product).
 
     >>> from sqlglot import parse_one
     >>> cols = {"race": Column("race", "int", values=(1, 2, 3)),
     ...         "sex": Column("sex", "int", values=(0, 1))}
     >>> keys = [(parse_one("race"), (1, 2, 3)), (parse_one("sex"), (0, 1))]
-    >>> released_groups(keys, [parse_one("race = 1 AND sex = 0 OR race = 3")],
-    ...                 lambda c: cols[c.name])
+    >>> list(released_groups(keys, [parse_one("race = 1 AND sex = 0 OR race = 3")],
+    ...                      lambda c: cols[c.name]))
     [(1, 0), (3, 0), (3, 1)]
     >>> released_groups(keys, [parse_one("UPPER(race) = 1")], lambda c: cols[c.name]) is None
     True
@@ -386,22 +388,68 @@ def released_groups(keys: Sequence[tuple[exp.Expression, tuple]],
     if not allowed:
         return None
     restricted = {i for members, _ in allowed for i in members}
-    free = [i for i in range(len(keys)) if i not in restricted]
-    size = math.prod(len(found) for _, found in allowed) * math.prod(
-        len(domains[i]) for i in free)
-    if size > limits.max_domain_cells:
-        return None  # refused by the caller, whose product of domains is larger still
-    pools = [list(found) for _, found in allowed] + [[(v,) for v in domains[i]] for i in free]
-    order = [i for members, _ in allowed for i in members] + free
-    out = []
-    for combo in itertools.product(*pools):
-        group: list = [None] * len(keys)
-        for i, v in zip(order, (v for part in combo for v in part), strict=True):
-            group[i] = v
-        out.append(tuple(group))
-    position = [{v: j for j, v in enumerate(d)} for d in domains]
-    out.sort(key=lambda g: tuple(position[i][v] for i, v in enumerate(g)))
-    return out
+    parts = [(tuple(members), tuple(found)) for members, found in allowed]
+    parts += [((i,), tuple((v,) for v in domains[i])) for i in range(len(keys))
+              if i not in restricted]
+    groups = Combinations(tuple(domains), tuple(parts))
+    return None if len(groups) > limits.max_domain_cells else groups
+    # (over the limit: refused by the caller, whose product of domains is larger still)
+
+
+@dataclass(frozen=True)
+class Combinations:
+    """Released key combinations: independent parts, enumerated only when released.
+
+    Each part is some keys and the value tuples they may take together; a combination
+    takes one tuple of every part. Its size and each key's values are known at once,
+    so the analysis (before the charge) never lists up to ``max_domain_cells``
+    combinations; the noise stage iterates them, in the order of the product of the
+    keys' domains.
+
+    >>> c = Combinations(((1, 2, 3), (0, 1)), (((0,), ((1,), (3,))), ((1,), ((0,), (1,)))))
+    >>> len(c), list(c), c.values(0)
+    (4, [(1, 0), (1, 1), (3, 0), (3, 1)], (1, 3))
+    """
+
+    #: each key's full public domain, in GROUP BY order
+    domains: tuple[tuple, ...]
+    #: (keys, their allowed value tuples) per part; every key is in exactly one part
+    parts: tuple[tuple[tuple[int, ...], tuple[tuple, ...]], ...]
+
+    def __len__(self) -> int:
+        return math.prod(len(tuples) for _, tuples in self.parts)
+
+    def values(self, i: int) -> tuple:
+        """The values key ``i`` takes in some combination, in its domain's order."""
+        for members, tuples in self.parts:
+            if i in members:
+                seen = {t[members.index(i)] for t in tuples}
+                return tuple(v for v in self.domains[i] if v in seen)
+        raise IndexError(i)
+
+    def __iter__(self):
+        position = [{v: j for j, v in enumerate(d)} for d in self.domains]
+
+        def rank(members, t):
+            return tuple(position[i][v] for i, v in zip(members, t, strict=True))
+
+        parts = sorted(((m, sorted(ts, key=lambda t, m=m: rank(m, t))) for m, ts in self.parts),
+                       key=lambda p: min(p[0]))
+        order = [i for members, _ in parts for i in members]
+        n = len(self.domains)
+        # parts of consecutive keys: their product is already in the domains' order
+        in_order = order == list(range(n))
+        out = []
+        for combo in itertools.product(*(ts for _, ts in parts)):
+            flat = [v for t in combo for v in t]
+            if in_order:
+                yield tuple(flat)
+                continue
+            group: list = [None] * n
+            for i, v in zip(order, flat, strict=True):
+                group[i] = v
+            out.append(tuple(group))
+        yield from sorted(out, key=lambda g: rank(range(n), g))
 
 
 def _evaluate_part(members: list[int], conds: list[exp.Expression], exprs, domains,

@@ -10,6 +10,7 @@ from sqlglot import exp
 
 from dpsql.accounting import Cost
 from dpsql.analyze.bounds import Interval
+from dpsql.analyze.domains import Combinations
 from dpsql.analyze.scope import Scope
 from dpsql.catalog import Table
 from dpsql.mechanisms import DiscreteLaplace, GridLaplace, LaplaceThreshold
@@ -156,9 +157,9 @@ class Plan:
     #: the backend's ``supports_materialized_ctes``); it shapes the L0 step's SQL.
     reuse_ctes: bool = True
     notes: list[str] = field(default_factory=list)
-    #: The public key combinations released when WHERE restricts them (in the order of
-    #: the product of the keys' domains); None: the whole product.
-    groups: list[tuple] | None = None
+    #: The public key combinations released when WHERE restricts them
+    #: (:class:`~dpsql.analyze.domains.Combinations`); None: the whole product.
+    groups: Combinations | None = None
 
     @property
     def uid(self) -> exp.Column | None:
