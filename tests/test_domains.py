@@ -20,6 +20,7 @@ from sqlglot import parse_one
 
 import dpsql
 from dpsql.analyze.domains import column_values, domain, released_groups
+from dpsql.backends.loaders import copy_tables
 from dpsql.catalog import Column, load_catalog
 from dpsql.datasets import pums_catalog
 from dpsql.limits import DEFAULT, Limits
@@ -218,6 +219,28 @@ def test_where_restricts_public_keys_exactly(connect, pums_db, tail, keys):
     assert counts == {k: truth.get(k, 0) for k in counts}
 
 
+@pytest.fixture(scope="module")
+def sqlite_pums(pums_db, tmp_path_factory):
+    """The PUMS tables copied into SQLite."""
+    path = tmp_path_factory.mktemp("sqlite") / "pums.db"
+    copy_tables(pums_db, f"sqlite:///{path}", ["pums", "pums_dup"])
+    return f"sqlite:///{path}"
+
+
+def test_where_restricted_keys_on_sqlite(connect, sqlite_pums, pums_db):
+    """The same released keys and exact counts on SQLite as DuckDB's answer."""
+    conn = connect(database=sqlite_pums)
+    # (comparing across types, e.g. race = '1', differs between SQLite and DuckDB: such
+    # conditions are never evaluated on the domains, and are left out here)
+    for tail, keys in [c for c in CASES if "income" not in c[0] and "'1'" not in c[0]]:
+        group = tail.split("GROUP BY ")[1]
+        sql = f"SELECT {group}, COUNT(*) FROM pums {tail}"
+        counts, _ = exact(conn, sql)
+        assert list(counts) == keys, sql
+        truth = {tuple(r[:-1]): r[-1] for r in pums_db.execute(sql).fetchall()}
+        assert counts == {k: truth.get(k, 0) for k in counts}, sql
+
+
 def test_inner_join_on_restricts_and_left_join_on_does_not(connect, pums_db):
     conn = connect()
     for join, keys in [("JOIN", [1, 2]), ("LEFT JOIN", [1, 2, 3, 4, 5, 6])]:
@@ -247,9 +270,12 @@ def test_release_through_the_result(connect):
     res = conn.execute("SELECT race, COUNT(*) AS n FROM pums WHERE race IN (1, 2) "
                        "GROUP BY race", epsilon=1.0)
     assert [r[0] for r in res.rows] == [1, 2]
+    assert any("WHERE leaves 2 of the public key combinations" in n for n in res.notes)
     res = conn.execute("SELECT race, COUNT(*) FROM pums WHERE race IN (7) GROUP BY race",
                        epsilon=1.0)
     assert res.rows == []
+    res = conn.execute("SELECT age, COUNT(*) FROM pums GROUP BY age", epsilon=1.0)
+    assert any("whole numbers of its bounds [0, 100]" in n for n in res.notes)
 
 
 def test_restricted_keys_are_a_function_of_the_query_and_catalog_only():

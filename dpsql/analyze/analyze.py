@@ -253,6 +253,7 @@ def analyze(
         one_row_per_user=bool(one_row),
         groups=groups,
     )
+    _domain_notes(plan, scope, groups)
     if single_group and keys and not one_row and G > 1:
         plan.notes.append(
             "each user falls into one group (the group keys are determined by the user's "
@@ -516,6 +517,23 @@ def _restrict_domains(a: _Analysis, keys: list[GroupKey], where: exp.Expression 
         for i, k in enumerate(keys):
             k.domain = groups.values(i)
     return groups
+
+
+def _domain_notes(plan: Plan, scope: Scope, groups: Combinations | None) -> None:
+    """Notes on keys released from an int column's bounds, and on WHERE narrowing them."""
+    for k in plan.keys:
+        if k.domain is None or not isinstance(k.expr, exp.Column):
+            continue
+        col = scope.column(k.expr)
+        if col.type == "int" and col.values is None and col.bounded:
+            plan.notes.append(
+                f"the keys of {k.expr.sql(dialect='duckdb')} are the whole numbers of its "
+                f"bounds [{col.lower}, {col.upper}] (a public domain, empty ones included); "
+                "rows outside them are left out")
+    if groups is not None:
+        plan.notes.append(
+            f"WHERE leaves {len(groups)} of the public key combinations, decided on the "
+            "catalog's domains alone")
 
 
 def _conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
