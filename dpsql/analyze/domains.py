@@ -260,7 +260,7 @@ def released_groups(keys: Sequence[tuple[exp.Expression, tuple]],
     """The key combinations of public-domain keys that rows passing ``conditions`` can have.
 
     ``WHERE race IN (1, 2) GROUP BY race`` releases races 1 and 2 only; ``WHERE age >= 18
-    GROUP BY age / 10`` the decades from 1 on. Each condition (a top-level conjunct of
+    GROUP BY age // 10`` the decades from 1 on. Each condition (a top-level conjunct of
     WHERE, or of an INNER JOIN's ON) that is *exactly evaluable* is evaluated on the
     domains, never on the data:
 
@@ -296,8 +296,8 @@ def released_groups(keys: Sequence[tuple[exp.Expression, tuple]],
 
     **Accuracy**: on data that lie within the catalog's domains, a row that passes the
     conditions has input values in the domains, so its combination is in the result: no
-    key that holds data is dropped. (Rows whose input columns lie outside their domains
-    are left out like any row whose key is outside its domain.)
+    key that holds data is dropped. (A row whose input columns lie outside their domains
+    may lose its group, as a row whose key lies outside its domain does.)
 
     Args:
         keys: each group key's expression and public domain, in GROUP BY order.
@@ -373,11 +373,11 @@ def released_groups(keys: Sequence[tuple[exp.Expression, tuple]],
             union(sorted(found[1]))
     if not usable:
         return None
-    parts: dict[int, list[int]] = {}
+    linked: dict[int, list[int]] = {}
     for i in range(len(keys)):
-        parts.setdefault(find(i), []).append(i)
+        linked.setdefault(find(i), []).append(i)
     allowed: list[tuple[list[int], set[tuple]]] = []
-    for members in parts.values():
+    for members in linked.values():
         conds = [c for c, used in usable if find(next(iter(used))) == find(members[0])]
         if not conds:
             continue

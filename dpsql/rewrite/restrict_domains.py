@@ -3,6 +3,15 @@
 A key released from a public domain must not come from the data: a value outside the
 declared domain would otherwise appear as a group of its own. Filtering such rows out
 also means a user can reach at most as many groups as the domain has.
+
+The domain here is each key's values in the released combinations: a ``values`` list,
+an int column's bounds, an expression's image, each narrowed by the WHERE conditions
+evaluated on the domains (:func:`dpsql.analyze.domains.released_groups`). All of it is
+computed from the catalog and the query text, so the filter is public too. The noise
+stage releases only those combinations, whatever rows come back, so the filter is
+what keeps rows outside the domain (an age of 150 under ``upper: 100``, a NULL in a
+column not declared nullable) from taking one of a user's ``max_groups`` places; it is
+not what keeps a data-only key from being released (the noise stage is).
 """
 
 from __future__ import annotations
@@ -14,6 +23,10 @@ from dpsql.analyze.plan import Plan
 
 def restrict_domains(expression: exp.Select, plan: Plan) -> exp.Select:
     """Adds ``key IN (domain)`` to WHERE for each public-domain group key.
+
+    Runs of four or more consecutive whole numbers are written ``key BETWEEN lo AND
+    hi`` (:func:`_runs`), NULL in the domain as ``OR key IS NULL``, and an empty
+    domain (WHERE lets no key through) as ``FALSE``.
 
     >>> from dpsql.engine import _demo_plan
     >>> from dpsql.rewrite.statistics_query import statistics_query
