@@ -66,7 +66,9 @@ def test_answers_are_close_to_the_truth(connect, pums_db):
 def _data_keys_catalog():
     """The bundled catalog with no int column's bounds making a public domain
     (``max_int_domain: 0``): ``GROUP BY age`` takes partition selection."""
-    catalog = dpsql.load_catalog(catalog_path("pums"))
+    from dpsql.datasets import pums_catalog
+
+    catalog = pums_catalog()
     return dataclasses.replace(catalog, budget=None, limits=dataclasses.replace(
         catalog.limits, max_int_domain=0))
 
