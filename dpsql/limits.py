@@ -54,6 +54,11 @@ class Limits:
     max_domain_cells: int = 1_000_000
     #: Most input combinations evaluated in process for one public-domain image.
     max_domain_inputs: int = 100_000
+    #: Widest ``int`` column whose ``lower``/``upper`` bounds make a public domain
+    #: (``upper - lower + 1`` keys): ``GROUP BY age`` over ``[0, 100]`` releases all 101
+    #: ages, empty ones included, without partition selection or δ. A wider column's
+    #: keys come from the data (partition selection); 0 turns this off.
+    max_int_domain: int = 5_000
     #: Longest string any value of a query may reach (characters), bounded a priori
     #: from the query: REPLACE multiplies lengths, || adds them. Data strings without a
     #: ``values`` list count as length 1, so for them it bounds the growth factor.

@@ -2,15 +2,15 @@
 
 Which groups are released is decided here, never by the data alone:
 
-* every group key has a public domain: every combination of the domains is released,
-  empty ones included (their exact statistics are 0);
+* every group key has a public domain: every combination of the domains is released
+  (or those WHERE lets through, decided on the domains alone), empty ones included
+  (their exact statistics are 0);
 * otherwise: keys found in the data are released only if their noisy user count
   clears the partition-selection threshold.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -54,7 +54,7 @@ def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
 
     noisy: dict[str, list] = {}
     if plan.selection is None:
-        groups = list(itertools.product(*(k.domain for k in plan.keys)))
+        groups = plan.public_groups()
     else:
         # a data-independent order: the backend's hash order could depend on the data
         candidates = sorted(exact, key=order_key)

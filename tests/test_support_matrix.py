@@ -30,8 +30,12 @@ CASES = [
      "SELECT SUM(CASE WHEN age > 60 THEN income * 0.5 ELSE 0 END) FROM pums", OK),
     ("GROUP BY a public domain (all keys, empty ones too)",
      "SELECT race, COUNT(*) FROM pums GROUP BY race", OK),
+    ("GROUP BY a bounded int column (public: every whole number of its bounds)",
+     "SELECT age, COUNT(*) FROM pums GROUP BY age", OK),
+    ("WHERE over public keys restricts the keys released",
+     "SELECT race, COUNT(*) FROM pums WHERE race IN (1, 2) GROUP BY race", OK),
     ("GROUP BY keys from the data (partition selection, needs delta)",
-     "SELECT age // 10 AS decade, COUNT(*) FROM pums GROUP BY decade", OK),
+     "SELECT income // 10000 AS bracket, COUNT(*) FROM pums GROUP BY bracket", OK),
     ("HAVING, ORDER BY, LIMIT, arithmetic over aggregates (post-processing)",
      "SELECT sex, SUM(income) / COUNT(*) AS mean FROM pums GROUP BY sex "
      "HAVING COUNT(*) > 10 ORDER BY mean DESC LIMIT 1", OK),

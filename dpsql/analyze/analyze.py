@@ -27,7 +27,12 @@ from dpsql.analyze.bounds import MAX_MAGNITUDE, Interval, bounds
 from dpsql.analyze.comparisons import check_comparisons
 from dpsql.analyze.derived import inline_ctes, inline_row_derived
 from dpsql.analyze.determined import determined_columns, key_is_determined
-from dpsql.analyze.domains import check_value_lengths, domain
+from dpsql.analyze.domains import (
+    Combinations,
+    check_value_lengths,
+    domain,
+    released_groups,
+)
 from dpsql.analyze.plan import Cell, GroupKey, Output, Plan, Statistic
 from dpsql.analyze.scope import Scope, build_scope
 from dpsql.catalog import Catalog
@@ -175,7 +180,10 @@ def analyze(
             ordered.set("this", a.post_expr(ordered.this, keys, "ORDER BY", by_alias))
 
     public = all(k.domain is not None for k in keys)
-    domain_size = math.prod(len(k.domain) for k in keys if k.domain is not None)
+    # WHERE and INNER JOIN conditions over keys restrict the released combinations
+    groups = _restrict_domains(a, keys, where, scope) if keys and public else None
+    domain_size = len(groups) if groups is not None else math.prod(
+        len(k.domain) for k in keys if k.domain is not None)
     if public and domain_size > catalog.limits.max_domain_cells:
         raise UnsupportedQueryError(
             f"GROUP BY over public domains has {domain_size} key combinations; "
@@ -189,9 +197,9 @@ def analyze(
     if not keys or single_group:
         G_eff, bound = 1, False
     elif public:
-        # keys outside the domain are filtered out, so a user cannot reach more
-        # groups than the domain has
-        G_eff, bound = min(G, domain_size), domain_size > G
+        # keys outside the domain are filtered out and only the domain's combinations
+        # are released, so a user reaches at most that many released groups
+        G_eff, bound = max(1, min(G, domain_size)), domain_size > G
     else:
         G_eff, bound = G, True
 
@@ -259,7 +267,9 @@ def analyze(
         mechanism=mechanism,
         rho=rho_total,
         one_row_per_user=bool(one_row),
+        groups=groups,
     )
+    _domain_notes(plan, scope, groups)
     if single_group and keys and not one_row and G > 1:
         plan.notes.append(
             "each user falls into one group (the group keys are determined by the user's "
@@ -519,6 +529,62 @@ class _Analysis:
         if isinstance(e, exp.Add | exp.Sub | exp.Mul):
             return self._never_null(e.this) and self._never_null(e.expression)
         return False
+
+
+def _restrict_domains(a: _Analysis, keys: list[GroupKey], where: exp.Expression | None,
+                      scope: Scope) -> Combinations | None:
+    """The public key combinations rows passing WHERE and INNER JOIN ON can have.
+
+    Evaluated on the keys' domains alone (:func:`dpsql.analyze.domains.released_groups`,
+    which argues why that is sound); each key's domain shrinks to the values some
+    released combination has. None: every combination of the domains is released.
+    """
+    conditions = _conjuncts(where)
+    for s in scope.sources:
+        if s.kind == "inner" and s.on is not None:  # a LEFT JOIN's ON filters nothing
+            conditions += _conjuncts(s.on)
+    left = {s.alias for s in scope.sources if s.kind == "left"}
+
+    def outer(col: exp.Column) -> bool:
+        # NULL-extended by a LEFT JOIN (or in a derived table's FROM, not traced here)
+        return bool(left) and (col.table in left
+                               or all(s.alias != col.table for s in scope.sources))
+
+    work = a.__dict__.setdefault("domain_work", [0])
+    groups = released_groups([(k.expr, k.domain) for k in keys], conditions,
+                             scope.column, a.limits, work, outer)
+    if groups is not None:
+        for i, k in enumerate(keys):
+            k.domain = groups.values(i)
+    return groups
+
+
+def _domain_notes(plan: Plan, scope: Scope, groups: Combinations | None) -> None:
+    """Notes on keys released from an int column's bounds, and on WHERE narrowing them."""
+    for k in plan.keys:
+        if k.domain is None or not isinstance(k.expr, exp.Column):
+            continue
+        col = scope.column(k.expr)
+        if col.type == "int" and col.values is None and col.bounded:
+            plan.notes.append(
+                f"the keys of {k.expr.sql(dialect='duckdb')} are the whole numbers of its "
+                f"bounds [{col.lower}, {col.upper}] (a public domain, empty ones included); "
+                "rows outside them are left out")
+    if groups is not None:
+        plan.notes.append(
+            f"WHERE leaves {len(groups)} of the public key combinations, decided on the "
+            "catalog's domains alone")
+
+
+def _conjuncts(e: exp.Expression | None) -> list[exp.Expression]:
+    """The top-level AND terms of a condition."""
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if e is None:
+        return []
+    if isinstance(e, exp.And):
+        return _conjuncts(e.this) + _conjuncts(e.expression)
+    return [e]
 
 
 def _within_group(node: exp.Expression) -> exp.Expression:

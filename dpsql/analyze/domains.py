@@ -6,13 +6,16 @@ data; the rewrite then keeps only rows whose key lies in it
 (:mod:`dpsql.rewrite.restrict_domains`), so a key the data hold outside the domain never
 appears, whatever the catalog claims. The rules, in order:
 
-* a bare column: its ``values`` list (or ``{false, true}`` for a bool);
+* a bare column: its ``values`` list (or ``{false, true}`` for a bool), or, for an
+  ``int`` column with ``lower`` and ``upper`` bounds and at most ``max_int_domain``
+  (default 5,000) whole numbers between them, those numbers;
 * ``CASE``/``IF`` whose every result is a literal: those literals (and NULL when a
   branch can be missing or NULL);
 * a part of a date with a fixed range (``MONTH``, ``QUARTER``, ``EXTRACT(DOW ...)``, ...):
   that range;
 * any other expression whose columns all have a finite public domain — a ``values``
-  list, a bool, or a date column with lower and upper dates — is evaluated on every
+  list, a bool, a bounded int as above, or a date column with lower and upper
+  dates — is evaluated on every
   combination of those values in a fresh private in-memory DuckDB
   (:func:`dpsql.scratch.scratch`), reading no data: its image is the domain. So
   ``date_trunc('month', d)`` over bounded dates, ``UPPER(state)`` or
@@ -33,8 +36,15 @@ owner's :class:`~dpsql.limits.Limits`, before anything runs:
 * afterwards every produced value is checked again, and an image of more than
   :data:`MAX_VALUES` keys or ``max_domain_chars`` characters is not kept.
 
-Numeric bounds (``lower``/``upper`` of an int) say how to clamp values, not which keys
-exist, so they never make a domain: ``GROUP BY age`` goes through partition selection.
+The bounds of an int column are public like a ``values`` list, so ``GROUP BY age`` over
+``[0, 100]`` releases the 101 ages and ``GROUP BY age // 10`` the 11 decades, empty
+ones included, with no partition selection and no δ. As for ``values``, rows whose key
+lies outside the domain (an age of 150, or NULL in a column not declared nullable) are
+left out. A float column's bounds never make a domain (it has no finite set of
+values), nor does an int column wider than ``max_int_domain``.
+
+WHERE restricts the released keys (:func:`released_groups`): ``WHERE race IN (1, 2)
+GROUP BY race`` releases races 1 and 2 only, decided on the domains alone.
 
 >>> import datetime
 >>> from sqlglot import parse_one
@@ -46,18 +56,23 @@ exist, so they never make a domain: ``GROUP BY age`` goes through partition sele
 ['2020-01-01 00:00:00', '2020-02-01 00:00:00', '2020-03-01 00:00:00']
 >>> domain(parse_one("CASE WHEN age < 30 THEN 'young' ELSE 'old' END"), lambda c: cols[c.name])
 ('old', 'young')
->>> domain(parse_one("age // 10", read="duckdb"), lambda c: cols[c.name]) is None
+>>> domain(parse_one("age // 10", read="duckdb"), lambda c: cols[c.name])
+(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+>>> domain(parse_one("income"), lambda c: Column("income", "float", 0, 9)) is None
 True
 """
 
 from __future__ import annotations
 
 import datetime
+import decimal
 import hashlib
+import itertools
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
@@ -104,7 +119,7 @@ def domain(expr: exp.Expression, lookup: Callable[[exp.Column], Column],
             ``limits.max_value_length`` (refused before anything is evaluated).
     """
     if isinstance(expr, exp.Column):
-        return column_values(lookup(expr), dates=False)
+        return column_values(lookup(expr), dates=False, limits=limits)
     if isinstance(expr, exp.Case | exp.If):
         return _literal_results(expr)
     fixed = _fixed_part(expr)
@@ -115,10 +130,24 @@ def domain(expr: exp.Expression, lookup: Callable[[exp.Column], Column],
 
 
 def column_values(col: Column, dates: bool = True, limits: Limits = DEFAULT) -> tuple | None:
-    """A column's finite public domain: its ``values``, a bool's two, or bounded dates."""
+    """A column's finite public domain, or None.
+
+    Its ``values``; a bool's two; an ``int`` column's whole numbers from ``lower`` to
+    ``upper`` when there are at most ``limits.max_int_domain`` of them; with ``dates``,
+    a date column's days from ``lower`` to ``upper`` (at most ``max_domain_inputs``).
+    NULL is added when the column is nullable.
+
+    The bounds of an int column are public (the catalog is), so its range is as public
+    as a ``values`` list, and is handled exactly like one: a key released from it must
+    lie in it (:mod:`dpsql.rewrite.restrict_domains` drops rows whose key is outside,
+    such as an age of 150 under ``upper: 100``), so no key comes from the data.
+    """
     values = col.values
     if values is None and col.type == "bool":
         values = (False, True)
+    if values is None and col.type == "int" and col.bounded \
+            and int(col.upper) - int(col.lower) < limits.max_int_domain:
+        values = tuple(range(int(col.lower), int(col.upper) + 1))
     if values is None and dates and col.type == "date" and col.bounded:
         days = (col.upper - col.lower).days + 1
         if days <= limits.max_domain_inputs:
@@ -220,6 +249,412 @@ def _image(expr: exp.Expression, lookup, limits: Limits, spent: list[int]) -> tu
     return tuple(known) + ((None,) if None in values else ())
 
 
+# -- WHERE restricts public-domain keys ------------------------------------------------
+
+def released_groups(keys: Sequence[tuple[exp.Expression, tuple]],
+                    conditions: Sequence[exp.Expression],
+                    lookup: Callable[[exp.Column], Column], limits: Limits = DEFAULT,
+                    work: list[int] | None = None,
+                    outer: Callable[[exp.Column], bool] = lambda c: False
+                    ) -> Combinations | None:
+    """The key combinations of public-domain keys that rows passing ``conditions`` can have.
+
+    ``WHERE race IN (1, 2) GROUP BY race`` releases races 1 and 2 only; ``WHERE age >= 18
+    GROUP BY age // 10`` the decades from 1 on. Each condition (a top-level conjunct of
+    WHERE, or of an INNER JOIN's ON) that is *exactly evaluable* is evaluated on the
+    domains, never on the data:
+
+    * after each occurrence of a key expression is replaced by a variable ranging over
+      that key's domain, it uses only comparisons (``= <> < <= > >=``, ``IS [NOT]
+      DISTINCT FROM``, ``[NOT] IN (list)``, ``BETWEEN``, ``IS [NOT] NULL``), ``AND``,
+      ``OR``, ``NOT``, literals, those variables, and columns that are inputs of a key
+      whose every input column has a finite public domain (:func:`column_values`; such
+      a key is computed from its inputs, as its image was);
+    * every comparison is between operands of one kind (numbers, strings, booleans,
+      dates, timestamps; NULL goes with all), and strings are compared for equality
+      only, with no literal ending in a space: ordering strings depends on the
+      backend's collation, and ``CHAR(n)`` pads with spaces in PostgreSQL.
+
+    These mean the same on DuckDB and on every backend, so evaluating them on the
+    domains in a scratch DuckDB (:func:`dpsql.scratch.scratch`, with SQL's
+    three-valued logic: a NULL condition keeps no row) decides, for each combination,
+    whether any row with it could pass the filter. Anything else (another function, a
+    column of a key that is not computed, a column NULL-extended by a LEFT JOIN, work
+    over the owner's limits, any error) leaves the condition unused and the keys as
+    they were: a key wrongly kept is a noisy empty group, never a wrong one left out.
+
+    Conditions and keys are split into independent parts (keys sharing an input column
+    or a condition go together), each enumerated on its own within
+    ``max_domain_inputs`` combinations and the shared ``max_domain_work``.
+
+    **DP soundness**: the result is a function of the catalog (domains and bounds) and of
+    the query text only; no data are read. So the released key set stays public, as the
+    full product of the domains was, and needs no partition selection. A row whose key
+    combination is not released still counts towards nothing released (the noise stage
+    releases only these combinations; each user touches at most
+    ``min(max_groups, len(result))`` of them).
+
+    **Accuracy**: on data that lie within the catalog's domains, a row that passes the
+    conditions has input values in the domains, so its combination is in the result: no
+    key that holds data is dropped. (A row whose input columns lie outside their domains
+    may lose its group, as a row whose key lies outside its domain does.)
+
+    Args:
+        keys: each group key's expression and public domain, in GROUP BY order.
+        conditions: filters every counted row satisfies.
+        lookup: resolves a column to its catalog entry.
+        limits: the owner's limits.
+        work: the query's running total of in-process work (shared with key images).
+        outer: whether a column may be NULL-extended by an outer join (then it is not
+            read as an input: its domain would lack the NULL).
+
+    Returns:
+        The released combinations (iterated in the order of the product of the
+        domains), or None when no condition restricts them (release the whole product).
+
+    >>> from sqlglot import parse_one
+    >>> cols = {"race": Column("race", "int", values=(1, 2, 3)),
+    ...         "sex": Column("sex", "int", values=(0, 1))}
+    >>> keys = [(parse_one("race"), (1, 2, 3)), (parse_one("sex"), (0, 1))]
+    >>> list(released_groups(keys, [parse_one("race = 1 AND sex = 0 OR race = 3")],
+    ...                      lambda c: cols[c.name]))
+    [(1, 0), (3, 0), (3, 1)]
+    >>> released_groups(keys, [parse_one("UPPER(race) = 1")], lambda c: cols[c.name]) is None
+    True
+    """
+    spent = [0] if work is None else work
+    exprs = [k[0] for k in keys]
+    domains = [k[1] for k in keys]
+
+    def finite(col: exp.Column) -> tuple | None:
+        if outer(col):
+            return None
+        try:
+            return column_values(lookup(col), limits=limits)
+        except Exception:  # noqa: BLE001 - an unresolvable column is simply not used
+            return None
+
+    # keys computed from their inputs (every input finite), as their images were
+    inputs: dict[str, tuple[exp.Column, tuple, str | None]] = {}
+    key_inputs: list[set[str] | None] = []
+    for e in exprs:
+        cols = {c.sql(): c for c in e.find_all(exp.Column)}
+        values = {sql: finite(c) for sql, c in cols.items()}
+        if cols and len(cols) <= 3 and all(v is not None for v in values.values()):
+            for sql, c in cols.items():
+                inputs.setdefault(sql, (c, values[sql], _CATALOG_KINDS.get(lookup(c).type)))
+            key_inputs.append(set(cols))
+        else:
+            key_inputs.append(None)
+    # independent parts: union-find over keys
+    parent = list(range(len(keys)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def union(members: Sequence[int]) -> None:
+        for j in members[1:]:
+            parent[find(j)] = find(members[0])
+
+    readers: dict[str, list[int]] = {}
+    for i, cols in enumerate(key_inputs):
+        for sql in cols or ():
+            readers.setdefault(sql, []).append(i)
+    for members in readers.values():
+        union(members)
+    usable: list[tuple[exp.Expression, set[int]]] = []
+    for condition in conditions:
+        found = _key_condition(condition, exprs, domains, inputs, readers)
+        if found is not None:
+            usable.append(found)
+            union(sorted(found[1]))
+    if not usable:
+        return None
+    linked: dict[int, list[int]] = {}
+    for i in range(len(keys)):
+        linked.setdefault(find(i), []).append(i)
+    allowed: list[tuple[list[int], set[tuple]]] = []
+    for members in linked.values():
+        conds = [c for c, used in usable if find(next(iter(used))) == find(members[0])]
+        if not conds:
+            continue
+        found = _evaluate_part(members, conds, exprs, domains, key_inputs, inputs,
+                               limits, spent)
+        if found is not None:
+            allowed.append((members, found))
+    if not allowed:
+        return None
+    restricted = {i for members, _ in allowed for i in members}
+    parts = [(tuple(members), tuple(found)) for members, found in allowed]
+    parts += [((i,), tuple((v,) for v in domains[i])) for i in range(len(keys))
+              if i not in restricted]
+    groups = Combinations(tuple(domains), tuple(parts))
+    return None if len(groups) > limits.max_domain_cells else groups
+    # (over the limit: refused by the caller, whose product of domains is larger still)
+
+
+@dataclass(frozen=True)
+class Combinations:
+    """Released key combinations: independent parts, enumerated only when released.
+
+    Each part is some keys and the value tuples they may take together; a combination
+    takes one tuple of every part. Its size and each key's values are known at once,
+    so the analysis (before the charge) never lists up to ``max_domain_cells``
+    combinations; the noise stage iterates them, in the order of the product of the
+    keys' domains.
+
+    >>> c = Combinations(((1, 2, 3), (0, 1)), (((0,), ((1,), (3,))), ((1,), ((0,), (1,)))))
+    >>> len(c), list(c), c.values(0)
+    (4, [(1, 0), (1, 1), (3, 0), (3, 1)], (1, 3))
+    """
+
+    #: each key's full public domain, in GROUP BY order
+    domains: tuple[tuple, ...]
+    #: (keys, their allowed value tuples) per part; every key is in exactly one part
+    parts: tuple[tuple[tuple[int, ...], tuple[tuple, ...]], ...]
+
+    def __len__(self) -> int:
+        return math.prod(len(tuples) for _, tuples in self.parts)
+
+    def values(self, i: int) -> tuple:
+        """The values key ``i`` takes in some combination, in its domain's order."""
+        for members, tuples in self.parts:
+            if i in members:
+                seen = {t[members.index(i)] for t in tuples}
+                return tuple(v for v in self.domains[i] if v in seen)
+        raise IndexError(i)
+
+    def __iter__(self):
+        position = [{v: j for j, v in enumerate(d)} for d in self.domains]
+
+        def rank(members, t):
+            return tuple(position[i][v] for i, v in zip(members, t, strict=True))
+
+        parts = sorted(((m, sorted(ts, key=lambda t, m=m: rank(m, t))) for m, ts in self.parts),
+                       key=lambda p: min(p[0]))
+        order = [i for members, _ in parts for i in members]
+        n = len(self.domains)
+        # parts of consecutive keys: their product is already in the domains' order
+        in_order = order == list(range(n))
+        out = []
+        for combo in itertools.product(*(ts for _, ts in parts)):
+            flat = [v for t in combo for v in t]
+            if in_order:
+                yield tuple(flat)
+                continue
+            group: list = [None] * n
+            for i, v in zip(order, flat, strict=True):
+                group[i] = v
+            out.append(tuple(group))
+        yield from sorted(out, key=lambda g: rank(range(n), g))
+
+
+def _evaluate_part(members: list[int], conds: list[exp.Expression], exprs, domains,
+                   key_inputs, inputs, limits: Limits, spent: list[int]) -> set[tuple] | None:
+    """The combinations of the keys ``members`` that satisfy ``conds``, or None."""
+    columns: dict[str, str] = {}  # input column SQL -> __cJ
+    tables: list[tuple] = []
+    for i in members:
+        for sql in sorted(key_inputs[i] or ()):
+            if sql not in columns:
+                columns[sql] = f"__c{len(tables)}"
+                tables.append(inputs[sql][1])
+    variables: dict[int, str] = {}
+    for i in members:
+        if key_inputs[i] is None:
+            variables[i] = f"__c{len(tables)}"
+            tables.append(domains[i])
+    combinations = math.prod(len(t) for t in tables)
+    if combinations > limits.max_domain_inputs:
+        return None
+
+    def rename(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and node.table == _VARIABLE:
+            return exp.column(f"__{node.name}")
+        if isinstance(node, exp.Column) and node.sql() in columns:
+            return exp.column(columns[node.sql()])
+        return node
+
+    texts = {f"__c{j}": max((_text_length(v) for v in t), default=0)
+             for j, t in enumerate(tables)}
+    texts.update({f"__v{i}": max((_text_length(v) for v in domains[i]), default=0)
+                  for i in members})
+    select = []
+    for i in members:
+        if i in variables:
+            select.append(exp.alias_(exp.column(variables[i]), f"__v{i}"))
+        else:
+            select.append(exp.alias_(exp.Try(this=exprs[i].copy().transform(rename)),
+                                     f"__v{i}"))
+    select += [exp.column(name) for name in columns.values()]
+    renamed = [c.copy().transform(rename) for c in conds]
+    per_row = 0
+    for node in [*select, *renamed]:
+        found = length_bounds(node, lambda c: texts.get(c.name, SCALAR_TEXT))
+        if found.get(id(node)) is None or any(
+                b is not None and b > limits.max_value_length for b in found.values()):
+            return None
+        per_row += _work_per_row(node, found)
+    work = OPEN_COST + combinations * per_row
+    if spent[0] + work > limits.max_domain_work:
+        return None
+    inner = exp.select(*select).from_("__in0")
+    for j in range(1, len(tables)):
+        inner = inner.join(f"__in{j}", join_type="CROSS")
+    query = exp.select(*(exp.column(f"__v{i}") for i in members)).distinct() \
+        .from_(inner.subquery("__t")).where(exp.and_(*renamed))
+    rows = _evaluate(checked_sql(query), tuple(tables), spent, work, whole=True)
+    if rows is None:
+        return None
+    # each value as the domain holds it (1 and 1.0 are one key)
+    canonical = {i: {v: v for v in domains[i]} for i in members}
+    found_rows = set()
+    for row in rows:
+        values = []
+        for i, v in zip(members, row, strict=True):
+            v = float(v) if isinstance(v, decimal.Decimal) else v
+            if v not in canonical[i]:
+                # a value the key's domain does not hold (a type the evaluation does not
+                # reproduce): do not guess, release the domain as before
+                return None
+            values.append(canonical[i][v])
+        found_rows.add(tuple(values))
+    return found_rows
+
+
+#: The table name of key variables in a condition (no analyst's alias starts with ``__``).
+_VARIABLE = "__keyvar"
+#: The kind of each catalog type's values, for comparisons.
+_CATALOG_KINDS = {"int": "num", "float": "num", "string": "str", "bool": "bool",
+                  "date": "date", "timestamp": "ts"}
+
+
+def _value_kind(value) -> str | None:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float | decimal.Decimal):
+        return "num"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, datetime.datetime):
+        # a zoned timestamp compares through the session's time zone: not evaluated
+        return "ts" if value.tzinfo is None else None
+    if isinstance(value, datetime.date):
+        return "date"
+    return None
+
+
+def _values_kind(values: tuple) -> str | None:
+    """The one kind of a domain's values (None: mixed, or none known)."""
+    kinds = {_value_kind(v) for v in values if v is not None}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _literal_kind(node: exp.Expression) -> str | None:
+    """The kind of a literal operand, or None if the node is not one dpsql evaluates."""
+    if isinstance(node, exp.Literal):
+        if not node.is_string:
+            return "num"
+        # CHAR(n) compares ignoring trailing spaces in PostgreSQL, not in DuckDB
+        return None if node.this.endswith(" ") else "str"
+    if isinstance(node, exp.Boolean):
+        return "bool"
+    if isinstance(node, exp.Null):
+        return "null"
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) \
+            and not node.this.is_string:
+        return "num"
+    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) \
+            and node.this.is_string:
+        if node.to.is_type(exp.DataType.Type.DATE):
+            return "date"
+        if node.to.is_type(exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ):
+            return "ts"
+    return None
+
+
+#: Comparisons that mean the same on every backend for operands of one kind.
+_ORDERINGS = (exp.LT, exp.LTE, exp.GT, exp.GTE)
+_EQUALITIES = (exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.NullSafeNEQ)
+
+
+def _key_condition(condition: exp.Expression, exprs, domains, inputs, readers
+                   ) -> tuple[exp.Expression, set[int]] | None:
+    """``condition`` over key variables, and the keys it restricts; or None."""
+
+    def substitute(node: exp.Expression) -> exp.Expression:
+        for i, e in enumerate(exprs):
+            if node == e:
+                return exp.column(f"v{i}", table=_VARIABLE)
+        return node
+
+    condition = condition.copy().transform(substitute)
+    used: set[int] = set()
+    kinds: dict[int, str | None] = {}
+
+    def kind_of(node: exp.Expression) -> str | None:
+        if isinstance(node, exp.Paren):
+            return kind_of(node.this)
+        if isinstance(node, exp.Column):
+            if node.table == _VARIABLE:
+                i = int(node.name[1:])
+                used.add(i)
+                if i not in kinds:
+                    kinds[i] = _values_kind(domains[i])
+                return kinds[i]
+            sql = node.sql()
+            if sql not in readers:
+                return None  # not an input of a key computed from its inputs
+            used.update(readers[sql])
+            return inputs[sql][2]
+        if isinstance(node, exp.Predicate | exp.Connector | exp.Not):
+            return _predicate(node)
+        return _literal_kind(node)
+
+    def same(*operands: exp.Expression) -> str | None:
+        found = [kind_of(o) for o in operands]
+        if any(k is None for k in found):
+            return None
+        real = {k for k in found if k != "null"}
+        if len(real) > 1:
+            return None
+        return real.pop() if real else "null"
+
+    def _predicate(node: exp.Expression) -> str | None:
+        if isinstance(node, exp.And | exp.Or):
+            ok = kind_of(node.this) == "bool" and kind_of(node.expression) == "bool"
+            return "bool" if ok else None
+        if isinstance(node, exp.Not):
+            return "bool" if kind_of(node.this) == "bool" else None
+        if isinstance(node, _EQUALITIES):
+            return "bool" if same(node.this, node.expression) else None
+        if isinstance(node, _ORDERINGS):
+            k = same(node.this, node.expression)
+            return "bool" if k and k != "str" else None
+        if isinstance(node, exp.Between):
+            if node.args.get("symmetric"):
+                return None
+            k = same(node.this, node.args.get("low"), node.args.get("high"))
+            return "bool" if k and k != "str" else None
+        if isinstance(node, exp.In):
+            if any(node.args.get(a) is not None for a in ("query", "unnest", "field")) \
+                    or not node.expressions:
+                return None
+            return "bool" if same(node.this, *node.expressions) else None
+        if isinstance(node, exp.Is):
+            if not isinstance(node.expression, exp.Null):
+                return None
+            return "bool" if kind_of(node.this) is not None else None
+        return None
+
+    if kind_of(condition) != "bool" or not used:
+        return None
+    return condition, used
+
+
 #: Images already evaluated: (checked SQL, digest of the inputs) → values. The image is a
 #: function of the query text and the catalog alone, so a repeated key expression (the
 #: same query again, or epsilon_for's search) skips evaluating it. The cache holds at
@@ -231,14 +666,15 @@ _cache_chars = 0
 
 
 def _evaluate(sql: str, inputs: tuple[tuple, ...], spent: list[int],
-              work: int) -> list | None:
+              work: int, whole: bool = False) -> list | None:
     """The distinct values of ``sql`` over the input columns ``__in0 ...``, or None.
 
-    Charges ``work`` to ``spent`` unless the image is cached.
+    Charges ``work`` to ``spent`` unless the image is cached. ``whole``: every row as a
+    tuple, not only its first value.
     """
     global _cache_chars
     # a digest, not the inputs themselves: up to max_domain_inputs values per key
-    key = (sql, hashlib.sha256(repr(inputs).encode()).digest())
+    key = (sql, hashlib.sha256(repr(inputs).encode()).digest(), whole)
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
@@ -248,10 +684,11 @@ def _evaluate(sql: str, inputs: tuple[tuple, ...], spent: list[int],
         try:
             for i, values in enumerate(inputs):
                 con.register(f"__in{i}", pa.table({f"__c{i}": list(values)}))
-            values = [r[0] for r in con.execute(sql).fetchall()]
+            values = [r if whole else r[0] for r in con.execute(sql).fetchall()]
         except (duckdb.Error, pa.ArrowException):
             values = None  # not evaluable here: the keys come from the data instead
-    size = 16 + sum(_text_length(v) for v in values or ())
+    size = 16 + sum(_text_length(v) for row in values or ()
+                    for v in (row if whole else (row,)))
     if size <= _CACHE_CHARS // 4:
         with _cache_lock:
             if key not in _cache:

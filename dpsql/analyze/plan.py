@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -9,6 +10,7 @@ from sqlglot import exp
 
 from dpsql.accounting import Cost
 from dpsql.analyze.bounds import Interval
+from dpsql.analyze.domains import Combinations
 from dpsql.analyze.scope import Scope
 from dpsql.catalog import Table
 from dpsql.mechanisms import DiscreteLaplace, GridLaplace, LaplaceThreshold
@@ -155,6 +157,9 @@ class Plan:
     #: the backend's ``supports_materialized_ctes``); it shapes the L0 step's SQL.
     reuse_ctes: bool = True
     notes: list[str] = field(default_factory=list)
+    #: The public key combinations released when WHERE restricts them
+    #: (:class:`~dpsql.analyze.domains.Combinations`); None: the whole product.
+    groups: Combinations | None = None
 
     @property
     def uid(self) -> exp.Column | None:
@@ -168,7 +173,15 @@ class Plan:
 
     @property
     def domain_size(self) -> int:
+        if self.groups is not None:
+            return len(self.groups)
         return math.prod(len(k.domain) for k in self.keys if k.domain is not None)
+
+    def public_groups(self) -> list[tuple]:
+        """The key combinations released from public domains (all keys public)."""
+        if self.groups is not None:
+            return list(self.groups)
+        return list(itertools.product(*(k.domain for k in self.keys)))
 
     def stat(self, name: str) -> Statistic:
         """The statistic behind a rewritten column (``__s3`` or a histogram bin ``__s3_7``)."""
