@@ -109,11 +109,11 @@ def test_out_of_range_options_are_refused_naming_them(refusal_conn, sec, options
     ("SELECT VARIANCE(income * 1e200) FROM pums", {"epsilon": 1.0}),
     # partition selection and histograms whose noise leaves the exact samplers' range
     # (pums_dup: users with several rows, so max_groups applies)
-    ("SELECT age, COUNT(*) FROM pums_dup GROUP BY age",
+    ("SELECT income, COUNT(*) FROM pums_dup GROUP BY income",
      {"epsilon": 1e-9, "delta": 1e-6, "max_groups": 10**6}),
-    ("SELECT age, MEDIAN(income) FROM pums_dup GROUP BY age",
+    ("SELECT income, MEDIAN(income) FROM pums_dup GROUP BY income",
      {"epsilon": 1e-9, "delta": 1e-6, "max_groups": 10**6}),
-    ("SELECT age, SUM(income) FROM pums_dup GROUP BY age",
+    ("SELECT income, SUM(income) FROM pums_dup GROUP BY income",
      {"epsilon": 1e-9, "delta": 1e-30, "max_groups": 10**6, "mechanism": "gaussian"}),
 ])
 def test_noise_scales_out_of_range_are_refused_before_the_charge(refusal_conn, sec, sql,
