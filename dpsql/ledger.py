@@ -140,18 +140,37 @@ class Ledger:
         def __init__(self, ledger: Ledger):
             self.ledger = ledger
 
+        # A KeyboardInterrupt can land between any two steps here (the analyst's Ctrl-C
+        # in the shell). A transaction left open would keep the ledger file locked for
+        # every process and make every later BEGIN fail: each exit path rolls back what
+        # is still open, and a transaction an interrupt left open anyway is rolled back
+        # before the next one begins. An uncommitted charge is lost only when no data
+        # was read for it.
+
         def __enter__(self):
             self.ledger._lock.acquire()
             try:
-                self.ledger._db.execute("BEGIN IMMEDIATE")
+                db = self.ledger._db
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                db.execute("BEGIN IMMEDIATE")
             except BaseException:
-                self.ledger._lock.release()
+                self._close(commit=False)
                 raise
-            return self.ledger._db
+            return db
 
         def __exit__(self, exc_type, exc, tb):
+            self._close(commit=exc_type is None)
+
+        def _close(self, commit: bool) -> None:
+            db = self.ledger._db
             try:
-                self.ledger._db.execute("ROLLBACK" if exc_type else "COMMIT")
+                if db.in_transaction:
+                    db.execute("COMMIT" if commit else "ROLLBACK")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
             finally:
                 self.ledger._lock.release()
 

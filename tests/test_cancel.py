@@ -151,3 +151,55 @@ def test_ctrl_c_during_an_sqlite_query_is_a_cancel(tmp_path):
     assert conn.budget.spent == (1.0, 0.0)
     assert conn._ledger.log()[0]["outcome"] == "cancelled"
     conn.close()
+
+
+def test_the_owners_statement_timeout_ends_a_duckdb_query(slow_file):
+    # the slow query runs far longer than the timeout: it is interrupted, the failure
+    # keeps the charge (how long a query runs depends on the data), and the connection
+    # answers the next query
+    catalog = {**CATALOG, "limits": {"statement_timeout_seconds": 0.5}}
+    conn = dpsql.connect(slow_file, catalog=catalog, budget=(10, 1e-5), ledger=":memory:")
+    try:
+        start = time.monotonic()
+        with pytest.raises(dpsql.DpsqlError) as info:
+            conn.execute(SLOW_SQL, epsilon=1.0)
+        assert time.monotonic() - start < 30
+        assert not isinstance(info.value, QueryCancelled)
+        assert info.value.charged
+        assert conn.budget.spent == (1.0, 0.0)
+        assert conn.execute("SELECT COUNT(*) FROM t", epsilon=1.0).rows
+    finally:
+        conn.close()
+
+
+def test_a_worker_exception_of_any_kind_is_the_backend_error(connect, monkeypatch, capsys):
+    # an exception DuckDB's fetch raises outside its own classes (OverflowError for a huge
+    # INTERVAL) must come back as the stage's error, not end the worker thread through
+    # threading.excepthook, which prints the backend's text on the analyst's terminal
+    conn = connect()
+
+    backend = conn._backend
+    def run(statement):
+        raise OverflowError("secret backend text")
+
+    hooked = []
+    monkeypatch.setattr(backend, "_run", run)
+    monkeypatch.setattr(threading, "excepthook", hooked.append)
+    with pytest.raises(dpsql.DpsqlError) as info:
+        conn.execute("SELECT COUNT(*) FROM pums", epsilon=1.0)
+    assert info.value.charged
+    assert "secret" not in str(info.value)
+    assert "secret" not in capsys.readouterr().err
+    assert hooked == []
+
+
+def test_an_interrupt_that_left_a_ledger_transaction_open_does_not_wedge_the_ledger(connect):
+    # Ctrl-C between BEGIN and the rest of a ledger transaction used to leave it open:
+    # every later query failed ("cannot start a transaction within a transaction") and
+    # the file stayed locked for every other process
+    conn = connect()
+    conn._ledger._db.execute("BEGIN IMMEDIATE")  # what the interrupt left behind
+    res = conn.execute("SELECT COUNT(*) FROM pums", epsilon=1.0)
+    assert res.cost == (1.0, 0.0)
+    assert conn.budget.spent == (1.0, 0.0)
+    assert not conn._ledger._db.in_transaction

@@ -30,7 +30,8 @@ One statement, bound not executed: every SQL text is first split by DuckDB's own
 (``extract_statements``) and must be exactly one SELECT. The pre-charge check binds that
 one statement into a lazy relation (names and types, nothing runs) and plans it
 (``EXPLAIN`` of the bound relation: constant folding, nothing runs); only ``execute``
-runs it. DuckDB has no per-statement timeout, so none is set. Engine error texts go to
+runs it, on a worker thread that dpsql interrupts at the owner's statement timeout
+(``limits: statement_timeout_seconds``) or on Ctrl-C. Engine error texts go to
 the owner's log (:mod:`dpsql.backends._boundary`), never to the analyst.
 
 **Cancelling.** DuckDB looks for Ctrl-C only between the tasks it runs on the calling
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from pathlib import Path
 
 import duckdb
@@ -278,10 +280,11 @@ class DuckDBBackend(Backend):
         sql = self.to_sql(expression)
         with self._lock:
             statement = self._one_select(sql, "execute")
-            if threading.current_thread() is threading.main_thread():
-                outcome = self._run_interruptible(statement)
-            else:  # no KeyboardInterrupt reaches another thread: run it here
-                outcome = self._run(statement)
+            outcome, timed_out = self._run_watched(statement)
+        if timed_out:
+            raise _boundary.run_failed(
+                self.name, f"statement timeout ({self.limits.statement_timeout_seconds:g} s)",
+                sql)
         if isinstance(outcome, BaseException):
             if isinstance(outcome, duckdb.InterruptException) or (
                     type(outcome) is RuntimeError and str(outcome) == "Query interrupted"):
@@ -294,44 +297,71 @@ class DuckDBBackend(Backend):
         try:
             cur = self._con.execute(statement)
             return [d[0] for d in cur.description], cur.fetchall()
-        except (duckdb.Error, RuntimeError) as exc:
+        except BaseException as exc:  # noqa: BLE001 - returned, never printed by a thread
             return exc
 
-    def _run_interruptible(self, statement):
-        """:meth:`_run` on a worker thread while this (main) thread waits for it.
+    def _run_watched(self, statement):
+        """:meth:`_run` on a worker thread while this thread waits for it; returns
+        (outcome, timed out).
 
-        A ``KeyboardInterrupt`` while waiting interrupts DuckDB, waits for the worker to
-        stop (DuckDB stops within milliseconds) and raises :class:`QueryCancelled`.
+        The wait ends the query (``interrupt()``) when the owner's statement timeout
+        passes, and on ``KeyboardInterrupt`` (DuckDB stops within milliseconds; then
+        :class:`QueryCancelled`). Whatever ends the wait — Ctrl-C while the thread is
+        starting, a second Ctrl-C, ``SystemExit`` — the worker is interrupted until it
+        has stopped before this returns or raises: no query runs on after its charge
+        is settled, and the connection is free for the next one. The worker returns
+        every exception instead of raising it (``threading.excepthook`` would print it,
+        backend text included, on the analyst's terminal).
         """
         box: list = []
-        done = threading.Event()
+        started, done = threading.Event(), threading.Event()
 
         def work() -> None:
+            started.set()
             try:
                 box.append(self._run(statement))
+            except BaseException as exc:  # noqa: BLE001 - returned, never printed
+                box.append(exc)
             finally:
                 done.set()
 
-        # an Event, not Thread.join: a join interrupted by KeyboardInterrupt marks the
+        # Events, not Thread.join: a join interrupted by KeyboardInterrupt marks the
         # thread as stopped while it still runs (CPython before 3.13)
-        threading.Thread(target=work, name="dpsql-duckdb-query", daemon=True).start()
+        worker = threading.Thread(target=work, name="dpsql-duckdb-query", daemon=True)
+        deadline = time.monotonic() + self.limits.statement_timeout_seconds
+        ended: BaseException | None = None
+        timed_out = False
         try:
+            worker.start()
             # a timed wait: _thread.interrupt_main() sets Python's flag without a signal,
             # so an untimed one would not notice it until the query ended
             while not done.wait(0.05):
-                pass
-        except BaseException as exc:  # Ctrl-C, or SystemExit: never leave it running
-            self._con.interrupt()
-            while True:
-                try:
-                    if done.wait(0.05):
-                        break
-                except KeyboardInterrupt:  # a second Ctrl-C
-                    self._con.interrupt()
-            if isinstance(exc, KeyboardInterrupt):
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after the cleanup
+            ended = exc
+        self._stop(started, done)
+        if ended is not None:
+            if isinstance(ended, KeyboardInterrupt):
                 raise QueryCancelled() from None
-            raise
-        return box[0]
+            raise ended
+        return (box[0] if box else None), timed_out
+
+    def _stop(self, started: threading.Event, done: threading.Event) -> None:
+        """Interrupts the worker until it has finished (or it never started)."""
+        since = time.monotonic()
+        while not done.is_set():
+            try:
+                if started.is_set():
+                    # again and again: an interrupt() that lands before the statement
+                    # begins is not kept for it
+                    self._con.interrupt()
+                elif time.monotonic() - since > 2.0:
+                    return  # Thread.start() was interrupted before the thread existed
+                done.wait(0.05)
+            except KeyboardInterrupt:  # another Ctrl-C: keep stopping it
+                continue
 
     def close(self) -> None:
         with self._lock:
