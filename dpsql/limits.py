@@ -72,7 +72,8 @@ class Limits:
     #: Most characters of one public-domain image (its keys are inlined into the SQL as
     #: literals); over it, the key comes from the data instead.
     max_domain_chars: int = 1_000_000
-    #: Seconds a backend may spend on one statement, where it can enforce it (0: none).
+    #: Seconds a backend may spend on one statement (DuckDB, PostgreSQL, SQLite; Spark
+    #: has no way to stop one), 0 for none.
     statement_timeout_seconds: float = 600.0
 
     @classmethod

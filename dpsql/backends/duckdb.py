@@ -328,7 +328,8 @@ class DuckDBBackend(Backend):
         # Events, not Thread.join: a join interrupted by KeyboardInterrupt marks the
         # thread as stopped while it still runs (CPython before 3.13)
         worker = threading.Thread(target=work, name="dpsql-duckdb-query", daemon=True)
-        deadline = time.monotonic() + self.limits.statement_timeout_seconds
+        timeout = self.limits.statement_timeout_seconds
+        deadline = time.monotonic() + timeout if timeout > 0 else float("inf")
         ended: BaseException | None = None
         timed_out = False
         try:
