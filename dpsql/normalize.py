@@ -269,6 +269,12 @@ def group_by_all(expression: exp.Expression, catalog: Catalog) -> exp.Expression
         select = group.parent
         if group.expressions or not isinstance(select, exp.Select):
             raise UnsupportedQueryError("GROUP BY ALL cannot be combined with other keys")
+        if any(isinstance(item, exp.Star)
+               or (isinstance(item, exp.Column) and isinstance(item.this, exp.Star))
+               for item in select.expressions):
+            # ``*`` is every column: GROUP BY ALL would group by all of them
+            raise UnsupportedQueryError("GROUP BY ALL with SELECT * is not supported: "
+                                        "name the columns to group by")
         positions = []
         for i, item in enumerate(select.expressions, start=1):
             body = item.this if isinstance(item, exp.Alias) else item

@@ -35,6 +35,7 @@ True
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
@@ -149,12 +150,11 @@ def _fold(e: exp.Expression):
     if isinstance(e, exp.Null):
         return None
     if isinstance(e, exp.Literal):
-        if e.is_string:
+        # plain integers of at most 18 digits only: every database reads them exactly,
+        # while 1e-400, 2e308 or a 39-digit decimal are rounded (DuckDB: 1e-400 = 0)
+        if e.is_string or not re.fullmatch(r"[0-9]{1,18}", e.this):
             return _UNKNOWN
-        try:
-            return Decimal(e.this)
-        except (InvalidOperation, ValueError):
-            return _UNKNOWN
+        return Decimal(e.this)
     if isinstance(e, exp.Neg):
         v = _fold(e.this)
         return -v if isinstance(v, Decimal) else (None if v is None else _UNKNOWN)

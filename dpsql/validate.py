@@ -288,8 +288,9 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
     if isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count) \
             and not _derived_star(node, root):
         raise UnsupportedQueryError(
-            "SELECT * would release raw rows: select aggregates such as COUNT(*)"
-        )
+            "SELECT * would release raw rows: select aggregates such as COUNT(*) (a "
+            "derived table or CTE may SELECT * from catalog tables, without GROUP BY or "
+            "renamed columns)")
     if isinstance(node, exp.Distinct) and not isinstance(node.parent, exp.Count):
         if isinstance(node.parent, exp.AggFunc):
             raise UnsupportedQueryError(
@@ -319,11 +320,23 @@ def _derived_star(node: exp.Star, root: exp.Select) -> bool:
     """
     item = node.parent if isinstance(node.parent, exp.Column) else node
     select = item.parent
-    return (isinstance(select, exp.Select) and select is not root
+    if not (isinstance(select, exp.Select) and select is not root
             and item.arg_key == "expressions"
             and (isinstance(select.parent, exp.CTE) or (
                 isinstance(select.parent, exp.Subquery)
-                and isinstance(select.parent.parent, exp.From | exp.Join))))
+                and isinstance(select.parent.parent, exp.From | exp.Join)))):
+        return False
+    # ``*`` stands for the catalog's columns only when it reads catalog tables (over
+    # another derived table or a CTE it would skip that table's projections), groups
+    # nothing (GROUP BY ALL over ``*``) and is not renamed by position (``AS d(a, b)``:
+    # the catalog's column order need not be the table's)
+    ctes = {cte.alias_or_name.lower() for cte in root.find_all(exp.CTE)}
+    sources = [select.args.get("from_"), *(select.args.get("joins") or [])]
+    tables = [s.this for s in sources if s is not None]
+    alias = select.parent.args.get("alias")
+    return (all(isinstance(t, exp.Table) and t.name.lower() not in ctes for t in tables)
+            and not select.args.get("group")
+            and not (alias is not None and alias.args.get("columns")))
 
 
 _SELECT_PARTS = {

@@ -307,3 +307,19 @@ def test_refused_and_answered_queries_are_charged_as_usual(conn):
     assert conn.budget.spent == before
     res = conn.execute("SELECT COUNT(*) FROM (SELECT * FROM pums) d", epsilon=0.5)
     assert math.isclose(conn.budget.spent[0], before[0] + 0.5) and res.cost == (0.5, 0.0)
+
+
+@pytest.mark.parametrize("sql", [
+    # * over another derived table or a CTE would skip its projections (age * 0)
+    "SELECT SUM(age) FROM (SELECT * FROM (SELECT pid, age * 0 AS age FROM pums) a) b",
+    "WITH a AS (SELECT pid, age * 0 AS age FROM pums), b AS (SELECT * FROM a) "
+    "SELECT SUM(age) FROM b",
+    # renamed by position: the catalog's column order need not be the table's
+    "SELECT SUM(b) FROM (SELECT * FROM pums) AS d(a, b, c, e, f, g, h)",
+    # GROUP BY ALL over * groups by every column (it removes duplicate rows)
+    "SELECT COUNT(*) FROM (SELECT * FROM pums_dup GROUP BY ALL) t",
+])
+def test_star_only_over_catalog_tables_as_they_are(conn, sql):
+    with pytest.raises(dpsql.UnsupportedQueryError):
+        conn.execute(sql, epsilon=1.0)
+    assert conn.budget.spent == (0.0, 0.0)

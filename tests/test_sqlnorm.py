@@ -8,15 +8,24 @@ DuckDB's.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
+from dpsql.datasets import pums_catalog
 from dpsql.errors import AnalysisError, UnknownColumnError, UnsupportedQueryError
 from dpsql.postprocess import _pow_interval
 
 HUGE = 1e9  # noise far below one unit: counts come back exact
 BUDGET = (1e12, 0.5)
+
+
+#: Keys come from the data (as DuckDB's own answers do): no public domain from bounds,
+#: which would add the empty decades.
+DATA_KEYS = dataclasses.replace(
+    pums_catalog(), budget=None,
+    limits=dataclasses.replace(pums_catalog().limits, max_int_domain=0))
 
 
 def answer(conn, sql, **kw):
@@ -51,7 +60,7 @@ def keys(rows, n):
     ("SELECT race, COUNT(*) AS n FROM pums GROUP BY race ORDER BY n + race", 1),
 ])
 def test_order_by_names_as_duckdb(connect, pums_db, sql, nkeys):
-    got = answer(connect(budget=BUDGET), sql)
+    got = answer(connect(budget=BUDGET, catalog=DATA_KEYS), sql)
     want = pums_db.execute(sql).fetchall()
     assert keys(got.rows, nkeys) == keys(want, nkeys)
     assert [r[-1] for r in got.rows] == [r[-1] for r in want]
@@ -74,7 +83,7 @@ def test_order_by_names_as_duckdb(connect, pums_db, sql, nkeys):
     "HAVING age // 10 > -500",
 ])
 def test_having_names_as_duckdb(connect, pums_db, sql):
-    got = answer(connect(budget=BUDGET), sql)
+    got = answer(connect(budget=BUDGET, catalog=DATA_KEYS), sql)
     want = pums_db.execute(sql).fetchall()
     assert sorted(r[0] for r in got.rows) == sorted(r[0] for r in want)
 
