@@ -135,7 +135,7 @@ EVIL_RESULT = Result(columns=["k" + EVIL, "n"], rows=[(EVIL, 3), ("plain", 4)],
 def test_result_text_and_html_escape_names_and_values():
     text = str(EVIL_RESULT)
     assert raw_controls(text) == []
-    assert len(text.splitlines()) == 2 + len(EVIL_RESULT.rows) + 1
+    assert len(text.splitlines()) == 2 + len(EVIL_RESULT.rows) + 1 + len(EVIL_RESULT.notes)
     assert escape(EVIL) in text and "ka\\x1b[2J\\nb" in text
     html = EVIL_RESULT._repr_html_()
     assert raw_controls(html) == [] and "a\\x1b[2J\\nb\\u202e" in html
