@@ -15,6 +15,7 @@ selection's noisy user count, so it costs nothing extra.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
 from collections.abc import Callable
@@ -401,7 +402,19 @@ class _Analysis:
     def _domain(self, expr: exp.Expression) -> tuple | None:
         # one running total of in-process image work for all the query's keys
         work = self.__dict__.setdefault("domain_work", [0])
-        return domain(expr, self.scope.column, self.limits, work)
+        left = {s.alias for s in self.scope.sources if s.kind == "left"}
+
+        def lookup(col: exp.Column):
+            # a column a LEFT JOIN may NULL-extend can be NULL whatever the catalog
+            # says: its domain gets the NULL (a key over it, COALESCE(v.b, 0), takes
+            # that row's value too), or the NULL-extended rows' group would be lost
+            entry = self.scope.column(col)
+            if left and not entry.nullable and (
+                    col.table in left or all(s.alias != col.table
+                                             for s in self.scope.sources)):
+                return dataclasses.replace(entry, nullable=True)
+            return entry
+        return domain(expr, lookup, self.limits, work)
 
     def post_expr(self, e: exp.Expression, keys: list[GroupKey], where: str,
                   aliases: _OutputNames | None = None) -> exp.Expression:

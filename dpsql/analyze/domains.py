@@ -669,17 +669,19 @@ def _evaluate(sql: str, inputs: tuple[tuple, ...], spent: list[int],
               work: int, whole: bool = False) -> list | None:
     """The distinct values of ``sql`` over the input columns ``__in0 ...``, or None.
 
-    Charges ``work`` to ``spent`` unless the image is cached. ``whole``: every row as a
+    Charges ``work`` to ``spent``, cached or not. ``whole``: every row as a
     tuple, not only its first value.
     """
     global _cache_chars
     # a digest, not the inputs themselves: up to max_domain_inputs values per key
     key = (sql, hashlib.sha256(repr(inputs).encode()).digest(), whole)
+    # charged on a cache hit too: whether a key is public must not depend on what other
+    # queries of the process evaluated before (another analyst's query text)
+    spent[0] += work
     with _cache_lock:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key][0]
-    spent[0] += work
     with scratch() as con:
         try:
             for i, values in enumerate(inputs):

@@ -37,16 +37,18 @@ def restrict_domains(expression: exp.Select, plan: Plan) -> exp.Select:
     for key in plan.keys:
         if key.domain is None:
             continue
+        # bracketed: DuckDB reads ``age < 5 IN (FALSE, TRUE)`` as ``age < (5 IN ...)``
+        subject = key.expr if isinstance(key.expr, exp.Column) else exp.paren(key.expr)
         values = [v for v in key.domain if v is not None]
         terms: list[exp.Expression] = []
         singles, runs = _runs(values)
         if singles:
-            terms.append(exp.In(this=key.expr.copy(),
+            terms.append(exp.In(this=subject.copy(),
                                 expressions=[exp.convert(v) for v in singles]))
-        terms += [exp.Between(this=key.expr.copy(), low=exp.convert(lo), high=exp.convert(hi))
+        terms += [exp.Between(this=subject.copy(), low=exp.convert(lo), high=exp.convert(hi))
                   for lo, hi in runs]
         if None in key.domain:
-            terms.append(exp.Is(this=key.expr.copy(), expression=exp.Null()))
+            terms.append(exp.Is(this=subject.copy(), expression=exp.Null()))
         if not terms:  # WHERE lets no key of the domain through: nothing is released
             cond: exp.Expression = exp.false()
         elif len(terms) == 1:
