@@ -446,7 +446,7 @@ def test_connect_and_answer(kind, backends):
                            epsilon=1.0)
         assert [r[0] for r in res.rows] == [0, 1]
         assert abs(res.rows[0][1] - 486) < 60
-        res = conn.execute("SELECT income // 1000, COUNT(*) FROM pums_dup GROUP BY 1",
+        res = conn.execute("SELECT FLOOR(income / 1000), COUNT(*) FROM pums_dup GROUP BY 1",
                            epsilon=1.0, delta=1e-6)  # keys from the data: spends delta
         assert res.rows
         assert conn.budget.spent == (2.0, 1e-6)

@@ -650,6 +650,13 @@ def _guard_keys(expression: exp.Expression, ctx: Context, guard) -> exp.Expressi
             if group is not None:
                 group.set("expressions", [_copy(guarded) if g == body else g
                                           for g in group.expressions])
+                # a window of this SELECT that partitions by the key (the ranks of
+                # COUNT(DISTINCT ...) values) must name it as the GROUP BY now does
+                for window in select.find_all(exp.Window):
+                    if window.find_ancestor(exp.Select) is select:
+                        window.set("partition_by", [
+                            _copy(guarded) if p == body else p
+                            for p in window.args.get("partition_by") or []])
             item.set("this", guarded)
     return expression
 

@@ -146,9 +146,7 @@ def _check_in_subquery(node: exp.In) -> None:
             and from_.this.name.startswith("__"):
         return
     conjunct: exp.Expression = node
-    while isinstance(conjunct.parent, exp.Paren):
-        conjunct = conjunct.parent
-    while isinstance(conjunct.parent, exp.And):
+    while isinstance(conjunct.parent, exp.Paren | exp.And):  # (a AND b) AND c too
         conjunct = conjunct.parent
     if isinstance(node.this, exp.Column) and isinstance(conjunct.parent, exp.Where):
         return

@@ -138,7 +138,11 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
     # no user, no rows (see the module docstring)
     known = exp.Not(this=exp.Is(this=plan.uid.copy(), expression=exp.Null()))
     where = expression.args.get("where")
-    inner.where(exp.and_(where.this.copy(), known) if where else known, copy=False)
+    if where:
+        kept = where.this.copy()
+        kept = exp.paren(kept, copy=False) if isinstance(kept, exp.Or) else kept
+        known = exp.And(this=kept, expression=known)
+    inner.where(known, copy=False)
     group = expression.args.get("group")
     keys = [k.copy() for k in group.expressions] if group else []
     inner = inner.group_by(plan.uid.copy(), *keys, copy=False)

@@ -147,7 +147,7 @@ def test_cli_formats_escape_names_and_values():
     for fmt in ("table", "csv", "json"):
         out = _format_result(EVIL_RESULT, fmt)
         assert raw_controls(out) == [], fmt
-        assert len(out.splitlines()) == {"table": 5, "csv": 3, "json": 1}[fmt], fmt
+        assert len(out.splitlines()) == {"table": 6, "csv": 3, "json": 1}[fmt], fmt
     import json
 
     assert json.loads(_format_result(EVIL_RESULT, "json"))["rows"][0][0] == EVIL
