@@ -458,6 +458,7 @@ class Connection:
         double_keys: list[int] = []
         if plan.stats or plan.selection is not None:
             schema = backend.check(expression)
+            statistic_types(plan, dict(schema), backend.reports_types)
             double_keys = [i for i, (name, t) in enumerate(schema) if name.startswith("__k")
                            and float_key_type(t)]
             key_types = [t for name, t in schema if name.startswith("__k")]
@@ -537,6 +538,7 @@ class Connection:
                     "checks the database, not the catalog); a duplicated key would attach "
                     "one row to two users")
         plan.reuse_ctes = backend.supports_materialized_ctes
+        plan.guards_in_backend = backend.allow is not None
         plan.backend_columns = backend.columns
         return plan, rewrite(plan), backend
 
@@ -581,6 +583,55 @@ class Connection:
                 "group by it, join on it or count it as a user; use a column with the "
                 "default (binary) collation")
         self._schemas_ok.add(table.name)
+
+
+#: Statistic types whose values come back as exact integers (Python ``int`` or a DECIMAL
+#: without fraction digits).
+_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT",
+                  "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT")
+#: Statistic types whose values Python turns into a float without error.
+_NUMBER_TYPES = (*_INTEGER_TYPES, "FLOAT", "DOUBLE", "REAL", "DECIMAL", "NUMERIC", "BOOLEAN")
+
+
+def statistic_types(plan: Plan, schema: dict[str, str], reports_types: bool = True) -> None:
+    """Decides, before the charge, from the SQL types the backend bound, how each
+    statistic is read back: discrete noise only for a statistic whose column the engine
+    types as an integer (a count on every engine); any other becomes real-valued (grid
+    noise, the same ε), so that nothing after the charge tests a value for wholeness.
+
+    A statistic's value analysis (``Statistic.integer``) can say "whole" where the
+    engine computes a fraction (``SUM(CAST(age AS DOUBLE) // 2)`` is 20.5 for age 41):
+    the engine's type decides. On SQLite, which reports no types, only counts are
+    integers (COUNT returns an INTEGER there by definition).
+
+    Raises:
+        UnsupportedQueryError: (not charged) a statistic of a type that is not a number.
+    """
+    from dpsql.mechanisms.gaussian import gaussian
+    from dpsql.mechanisms.laplace import laplace
+
+    for stat in plan.stats:
+        types = [schema.get(c) for c in stat.columns]
+        for column, t in zip(stat.columns, types, strict=True):
+            if t is not None and "[" not in t and t.split("(")[0].strip().upper() \
+                    not in _NUMBER_TYPES:
+                raise UnsupportedQueryError(
+                    f"statistic {column} has type {t[:40]}; dpsql adds noise to numbers only")
+        if not stat.integer:
+            continue
+        if reports_types:
+            whole = all(t is not None and t.split("(")[0].strip().upper() in _INTEGER_TYPES
+                        for t in types)
+        else:
+            whole = stat.kind in ("count", "users", "distinct")
+        if whole or stat.mechanism is None or type(stat.mechanism).__name__ == "Constant":
+            continue
+        stat.integer = False
+        if stat.rho is not None:
+            stat.mechanism = gaussian(stat.linf, plan.max_groups, stat.rho, False, stat.width)
+        elif stat.epsilon is not None and stat.name != "__users":
+            stat.mechanism = laplace(stat.linf, plan.max_groups, stat.epsilon, False,
+                                     stat.width)
 
 
 def _check_database_file(database: Any) -> None:

@@ -45,6 +45,9 @@ from dpsql.errors import (
 )
 from dpsql.limits import DEFAULT as DEFAULT_LIMITS
 from dpsql.limits import Limits
+
+#: Largest LIMIT/OFFSET (a signed 64-bit integer on every engine).
+MAX_LIMIT = 2**63 - 1
 from dpsql.mechanisms import Constant, LaplaceThreshold, laplace
 from dpsql.mechanisms.gaussian import gaussian, rho_for
 from dpsql.mechanisms.quantile import Bins
@@ -135,6 +138,12 @@ def analyze(
             isinstance(clause.expression, exp.Literal) and clause.expression.is_int
         ):
             raise UnsupportedQueryError(f"{name} must be a whole number literal")
+        # checked here, not left to the engine that runs the post-processing after the
+        # charge (DuckDB 2.0.1 refuses LIMIT 2**63 only while running it)
+        if clause is not None and not 0 <= int(clause.expression.this) <= MAX_LIMIT:
+            raise UnsupportedQueryError(
+                f"{name} must be between 0 and {MAX_LIMIT}, got "
+                f"{clause.expression.this[:30]}")
 
     out_names = [_output_name(e) for e in select.expressions]
     select = _qualify(select, scope, set(out_names))

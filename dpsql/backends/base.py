@@ -13,6 +13,15 @@ from abc import ABC, abstractmethod
 from sqlglot import exp
 
 
+def _refusal(node: exp.Expression, reason: str) -> Exception:
+    from dpsql.errors import UnsupportedQueryError
+
+    return UnsupportedQueryError(
+        f"{reason} in {node.sql(dialect='duckdb')[:80]!r} could fail on some rows, and "
+        "no guard can catch it there; dpsql refuses the query because whether it fails "
+        "would depend on the data (nothing was charged)")
+
+
 class Backend(ABC):
     """One engine that runs rewritten queries."""
 
@@ -46,6 +55,17 @@ class Backend(ABC):
     #: need quoting but are the catalog's own; None: tables are not checked (tests).
     catalog_tables: frozenset[str] | None = None
     catalog_names: frozenset[str] = frozenset()
+    #: The engine's operations that cannot fail (:mod:`dpsql.backends.total`); with it,
+    #: :meth:`to_sql` guards everything else and proves the result total, typing every
+    #: node with :meth:`bind_types`.
+    allow = None
+    #: :meth:`check` reports the types the engine bound (SQLite reports none: dpsql's
+    #: inference stands in, and nothing that matters after the charge may rest on it).
+    reports_types: bool = True
+
+    def bind_types(self, sql: str) -> list[str]:
+        """The output types of one SELECT over no data (needed with :attr:`allow`)."""
+        raise NotImplementedError
 
     def to_sql(self, expression: exp.Expression) -> str:
         """Transpiles a rewritten AST to this backend's SQL (dialect transforms, then sqlglot).
@@ -59,6 +79,8 @@ class Backend(ABC):
         if last is not None and last[0] is expression:
             return last[1]
         original = expression
+        if self.allow is not None:
+            return self._total_sql(original)
         if self.transforms:
             from dpsql.backends import dialects
 
@@ -73,6 +95,31 @@ class Backend(ABC):
         from dpsql.rewrite.check_guards import check_guards
 
         check_guards(expression, self.dialect, self.columns)
+        self._last_sql = (original, sql)
+        return sql
+
+    def _total_sql(self, original: exp.Expression) -> str:
+        """:meth:`to_sql` by the allow-list: type, guard, transform, check (see
+        :mod:`dpsql.backends.total`)."""
+        from dpsql.backends import total
+        from dpsql.output_check import check_sql
+
+        expression = original.copy()
+        types = total.expression_types(expression, self.columns, self.bind_types,
+                                       self.dialect)
+        total.place_guards(expression, self.allow, types, _refusal)
+        if self.transforms:
+            from dpsql.backends import dialects
+
+            ctx = dialects.context(expression, self.columns, self.dialect,
+                                   **self.dialect_options())
+            expression = dialects.apply(expression, self.transforms, ctx)
+            types = total.expression_types(expression, self.columns, self.bind_types,
+                                           self.dialect)
+        total.check_total(expression, self.allow, types)
+        sql = expression.sql(dialect=self.dialect)
+        check_sql(sql, expression, self.dialect, tables=self.catalog_tables,
+                  names=self.catalog_names)
         self._last_sql = (original, sql)
         return sql
 

@@ -52,7 +52,7 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
-from dpsql.backends import _boundary
+from dpsql.backends import _boundary, total
 from dpsql.backends.base import Backend
 from dpsql.errors import BackendError, QueryCancelled
 from dpsql.limits import Limits
@@ -91,6 +91,7 @@ def _literal(text: str) -> str:
 
 class DuckDBBackend(Backend):
     dialect = "duckdb"
+    allow = None  # set below, after the allow-list is defined
     supports_hash = True
     supports_no_external_access = True
 
@@ -258,6 +259,13 @@ class DuckDBBackend(Backend):
             raise _boundary.not_one_select(self.name, stage, f"statements: {kinds}", sql)
         return statements[0]
 
+    def bind_types(self, sql: str) -> list[str]:
+        """The output types of one SELECT, bound over no data (the totality check's
+        probes: :func:`dpsql.backends.total.expression_types`)."""
+        with self._lock:
+            statement = self._one_select(sql, "check")
+            return [str(t) for t in self._con.sql(statement).types]
+
     def check(self, expression: exp.Expression) -> list[tuple[str, str]]:
         sql = self.to_sql(expression)  # may refuse a construct (not charged)
         failure = None
@@ -367,3 +375,78 @@ class DuckDBBackend(Backend):
     def close(self) -> None:
         with self._lock:
             self._con.close()
+
+
+# -- totality: DuckDB's allow-list ------------------------------------------------------------
+
+_NUMBERS = (*total.INTEGERS, *total.FLOATS)
+
+
+def _sum_argument(node: exp.Expression, types: total.Types) -> bool:
+    """SUM/AVG accumulate integers of up to 64 bits in a 128-bit HUGEINT and DECIMALs of up
+    to 18 digits in DECIMAL(38): fewer than 2**48 rows (:data:`total.MAX_ROWS`) cannot
+    overflow either; floating-point sums give inf, never an error."""
+    arg = node.this
+    if isinstance(arg, exp.Distinct):
+        return False
+    t = types(arg)
+    digits = total.decimal_digits(t)
+    return (t in ("TINYINT", "UTINYINT", "SMALLINT", "USMALLINT", "INTEGER", "UINTEGER",
+                  "BIGINT", "BOOLEAN", total.NULL) or total.is_float(t)
+            or (digits is not None and digits[0] <= 18))
+
+
+def _like(node: exp.Expression, types: total.Types) -> bool:
+    pattern = node.expression
+    return types(node.this) in ("VARCHAR", total.NULL) and isinstance(pattern, exp.Literal) \
+        and pattern.is_string
+
+
+def _to_text(source: str | None) -> bool:
+    return total.is_integer(source) or total.is_float(source) or source in (
+        "VARCHAR", "BOOLEAN", "DATE", "TIMESTAMP") or total.base(source) == "DECIMAL"
+
+
+def _to_double(source: str | None) -> bool:
+    return total.is_integer(source) or total.is_float(source) or \
+        total.base(source) == "DECIMAL"
+
+
+_E = total.Entry
+#: DuckDB's operations that cannot fail, whatever the rows hold. Each is exercised by the
+#: extreme-value fuzzer (``tests/privacy/totality.py``); anything else is guarded with
+#: TRY/TRY_CAST or refused before the charge.
+TOTAL = total.AllowList("DuckDB", (
+    _E((exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ,
+        exp.Between, exp.In), total.operands_meet,
+       "operands of one type, or numbers that widen to a common one: nothing is converted "
+       "that can fail"),
+    _E((exp.Is,), total.always, "IS NULL only tests"),
+    _E((exp.And, exp.Or, exp.Xor, exp.Not), total.all_operands("BOOLEAN"),
+       "boolean logic over booleans"),
+    _E((exp.Case, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif),
+       total.operands_meet_result,
+       "chooses one operand; every operand is of the result's type or widens to it"),
+    _E((exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Abs, exp.Sqrt, exp.Ln,
+        exp.Exp), total.floating,
+       "IEEE arithmetic over operands widened to FLOAT/DOUBLE: inf or NaN, never an error"),
+    _E((exp.Neg,), total.negated_literal, "the negation of a positive literal fits its type"),
+    _E((exp.Interval,), total.constant_interval, "a constant interval, parsed while planning"),
+    _E((exp.Cast,), total.cast_from({
+        "VARCHAR": _to_text, "DOUBLE": _to_double, "SMALLINT": total.widens_to(2),
+        "INTEGER": total.widens_to(4), "BIGINT": total.widens_to(6),
+        "HUGEINT": total.widens_to(7)}),
+       "to the same type, to text, to DOUBLE from numbers, or to a wider signed integer"),
+    _E((exp.Lower, exp.Upper, exp.Length, exp.Concat, exp.DPipe),
+       total.all_operands("VARCHAR"), "text functions over text; the result is at most "
+                                      "as long as the inputs together"),
+    _E((exp.Like, exp.ILike), _like, "matching text against a constant pattern"),
+    _E((exp.Count,), total.always, "counts rows"),
+    _E((exp.Min, exp.Max), total.always, "picks one of the values"),
+    _E((exp.Sum, exp.Avg), _sum_argument, _sum_argument.__doc__.split(":")[0]),
+    _E((exp.RowNumber,), total.always, "numbers rows"),
+    _E((exp.Anonymous,), total.anonymous("HASH"), "a hash of any values"),
+))
+
+
+DuckDBBackend.allow = TOTAL

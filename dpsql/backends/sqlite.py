@@ -174,6 +174,7 @@ def duckdb_type(declared: str) -> str:
 
 
 class SQLiteBackend(SQLAlchemyBackend):
+    reports_types = False
     dialect = "sqlite"
     supports_hash = False                # dpsql registers its own keyed hash
     supports_no_external_access = True   # authorizer: no ATTACH, no extensions

@@ -64,10 +64,29 @@ def guard_errors(expression: exp.Select, plan: Plan) -> exp.Select:
     (``age * 2`` may overflow: TRY; its sum is unbounded here, so it sums as DOUBLE; the
     clamps of :func:`~dpsql.rewrite.clamp_values.clamp_values` would bound it instead.)
     """
+    if getattr(plan, "guards_in_backend", False):
+        # the backend guards by its allow-list (:mod:`dpsql.backends.total`), typed by
+        # the engine itself; only what no guard of any engine catches is refused here
+        _refuse_unguardable(expression)
+        return expression
     typer = Typer(expression, catalog_columns(plan))
     _fix_unguardable(expression, typer)
     _Guard(typer).visit(expression)
     return expression
+
+
+def _refuse_unguardable(expression: exp.Expression) -> None:
+    """Refuses what no guard catches on any engine: a LIKE pattern that is not a constant
+    valid everywhere, LIKE ... ESCAPE, a REPLACE that can lengthen strings (running out
+    of memory is not an error TRY catches), an IN subquery over other than a public set.
+    """
+    for node in expression.walk():
+        if isinstance(node, exp.In) and node.args.get("query") is not None:
+            _check_in_subquery(node)
+        if isinstance(node, exp.Like | exp.ILike | exp.Escape | exp.Replace):
+            reason = unguardable(node, None, None)
+            if reason is not None:
+                raise refuse(reason)
 
 
 def catalog_columns(plan: Plan):

@@ -1,0 +1,620 @@
+"""Totality by construction: nothing the engine runs after the charge can fail on some rows.
+
+An error after the charge is an oracle: whether a query fails tells the analyst about
+the data, whatever ε was charged (``CASE WHEN pid = 42 AND age > 50 THEN <fails> END``
+reads one age in a few queries). So every operation of the SQL a backend runs is
+**presumed able to fail** unless its (operation, argument types) pair is on that
+backend's *allow-list of total operations* (:class:`AllowList`, data kept next to each
+backend, each entry with its one-line reason and exercised by the extreme-value fuzzer
+in ``tests/privacy/totality.py``). Everything else is either
+
+* **guarded**: wrapped in the backend's guard (DuckDB ``TRY``/``TRY_CAST``, which turn any
+  error of the node they wrap into NULL), placed by :func:`place_guards`; or
+* **refused before the charge** where no guard can wrap it (an aggregate, a window or a
+  subquery cannot sit inside ``TRY``).
+
+The argument types are **the engine's own**: :func:`expression_types` asks the engine to
+bind a probe query per SELECT of the final tree, over a relation of typed NULLs built
+from the catalog tables' real column types. Nothing is read, and no rule of how the
+engine types literals, CASE branches or casts is written here, so dpsql's idea of a
+type cannot differ from the engine's. Where the engine cannot type a node, the node has
+no type, which no allow-list entry accepts: it is guarded (or refused).
+
+:func:`check_total` is the proof, run on the exact tree the backend is about to run:
+every operation is allow-listed or sits directly inside a guard (directly: DuckDB
+computes a repeated subexpression once, apart from the expression around it, so a
+guard covers only the node it wraps). The placement and the check read the same list.
+
+Aggregates cannot be guarded. Their allow-list entries rest on a bound on the number of
+rows a query reads (:data:`MAX_ROWS`): an integer SUM accumulates in 128 bits, a DECIMAL
+SUM of at most 18 digits in a 38-digit decimal, a floating-point SUM in IEEE arithmetic
+(which gives ``inf``, never an error); any other SUM argument is summed as DOUBLE.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from dpsql.errors import BackendError
+
+#: Fewer rows than this reach any aggregate of a query: 2**48 rows of 2**79-magnitude
+#: integers stay below 2**127, and 2**48 rows of 18-digit decimals below 10**38.
+MAX_ROWS = 2**48
+
+#: Nodes that compute nothing: reading a column or a constant, naming, bracketing, and
+#: the clauses that hold expressions (the expressions themselves are checked).
+STRUCTURE = (exp.Select, exp.From, exp.Join, exp.Table, exp.TableAlias, exp.Identifier,
+             exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.With, exp.CTE,
+             exp.Subquery, exp.Union, exp.Star, exp.Distinct, exp.DataType,
+             exp.DataTypeParam, exp.Var, exp.Column, exp.Literal, exp.Null, exp.Boolean,
+             exp.Paren, exp.Alias, exp.Window, exp.Limit, exp.Offset, exp.WindowSpec,
+             exp.Interval, exp.Tuple, exp.IgnoreNulls, exp.RespectNulls)
+#: Nodes no guard can wrap (they are not row-level values).
+UNWRAPPABLE = (exp.AggFunc, exp.Window, exp.Select, exp.Subquery, exp.WithinGroup)
+#: Operations whose operands are used as conditions (converted to BOOLEAN).
+CONDITIONS = (exp.And, exp.Or, exp.Xor, exp.Not)
+
+
+# -- types ----------------------------------------------------------------------------------
+
+#: Signed and small unsigned integer types, narrowest first: any of them converts to a
+#: wider one (or to a floating-point type) without error.
+INTEGERS = ("TINYINT", "UTINYINT", "SMALLINT", "USMALLINT", "INTEGER", "UINTEGER", "BIGINT",
+            "HUGEINT")
+FLOATS = ("FLOAT", "DOUBLE")
+NULL = '"NULL"'
+
+
+def base(type_name: str | None) -> str:
+    """``DECIMAL(18,3)`` → ``DECIMAL``; None stays ''."""
+    return (type_name or "").upper().split("(")[0].strip()
+
+
+def decimal_digits(type_name: str | None) -> tuple[int, int] | None:
+    """(precision, scale) of a DECIMAL type name, else None."""
+    m = re.fullmatch(r"\s*DECIMAL\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)\s*", (type_name or "").upper())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def is_integer(t: str | None) -> bool:
+    return t in INTEGERS
+
+
+def is_float(t: str | None) -> bool:
+    return t in FLOATS
+
+
+def widening(types: Iterable[str | None]) -> bool:
+    """Whether values of these types meet in a common type by conversions that never fail.
+
+    The same type (no conversion), integers only (to the widest), or integers and
+    floating-point numbers with at least one of the latter (to FLOAT or DOUBLE, which
+    round, never fail). NULL meets anything. Anything else (DECIMALs of different
+    sizes, text with numbers, DATE with TIMESTAMP) is not taken as total.
+
+    >>> widening(["BIGINT", "INTEGER", '"NULL"']), widening(["DOUBLE", "HUGEINT"])
+    (True, True)
+    >>> widening(["DECIMAL(18,3)", "INTEGER"]), widening(["DATE", "TIMESTAMP"])
+    (False, False)
+    >>> widening(["VARCHAR", None])
+    False
+    """
+    ts = [t for t in types if t != NULL]
+    if any(t is None for t in ts):
+        return False
+    if len(set(ts)) <= 1:
+        return True
+    return all(is_integer(t) or is_float(t) for t in ts)
+
+
+@dataclass
+class Types:
+    """The engine's type of each node of one tree (by identity), and of derived nodes."""
+
+    of: dict[int, str | None] = field(default_factory=dict)
+
+    def __call__(self, node: exp.Expression | None) -> str | None:
+        if node is None:
+            return NULL
+        while isinstance(node, exp.Paren):
+            node = node.this
+        return self.of.get(id(node))
+
+    def set(self, node: exp.Expression, type_name: str | None) -> None:
+        self.of[id(node)] = type_name
+
+
+# -- the allow-list -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One kind of total operation: node classes, a test of the typed node, and why."""
+
+    ops: tuple[type[exp.Expression], ...]
+    when: Callable[[exp.Expression, Types], bool]
+    reason: str
+
+
+@dataclass(frozen=True)
+class AllowList:
+    """A backend's total operations and its guard forms.
+
+    Attributes:
+        engine: the engine's name, for messages.
+        entries: the total operations.
+        guards: node classes that turn an error of the node they wrap into NULL.
+    """
+
+    engine: str
+    entries: tuple[Entry, ...]
+    guards: tuple[type[exp.Expression], ...] = (exp.Try,)
+
+    def entry(self, node: exp.Expression, types: Types) -> Entry | None:
+        """The entry that makes ``node`` total, or None."""
+        for e in self.entries:
+            if isinstance(node, e.ops) and e.when(node, types):
+                return e
+        return None
+
+    def total(self, node: exp.Expression, types: Types) -> bool:
+        return isinstance(node, STRUCTURE) and not isinstance(node, exp.Interval) or \
+            self.entry(node, types) is not None
+
+
+def operands(node: exp.Expression) -> list[exp.Expression]:
+    """The value operands of a node (not its type or unit arguments)."""
+    if isinstance(node, exp.Case):
+        out = [i.args.get("true") for i in node.args.get("ifs") or []]
+        out.append(node.args.get("default"))
+        return [o if o is not None else exp.Null() for o in out]
+    if isinstance(node, exp.Cast):
+        return [node.this]
+    if isinstance(node, exp.In):
+        query = node.args.get("query")
+        return [node.this, *node.expressions, *([query] if query is not None else [])]
+    if isinstance(node, exp.Between):
+        return [node.this, node.args["low"], node.args["high"]]
+    return [c for c in node.iter_expressions()
+            if not isinstance(c, exp.DataType | exp.Var | exp.Window | exp.Order)]
+
+
+def conditions(node: exp.Expression) -> list[tuple[str, int | None]]:
+    """(arg key, index) of the operands of ``node`` that the engine reads as conditions."""
+    if isinstance(node, exp.Where | exp.Having | exp.Not):
+        return [("this", None)]
+    if isinstance(node, exp.Join):
+        return [("on", None)] if node.args.get("on") is not None else []
+    if isinstance(node, exp.And | exp.Or | exp.Xor):
+        return [("this", None), ("expression", None)]
+    if isinstance(node, exp.If):
+        return [("this", None)]
+    return []
+
+
+# -- placement and check ----------------------------------------------------------------------
+
+
+def _contains_unwrappable(node: exp.Expression) -> bool:
+    return any(isinstance(n, UNWRAPPABLE) for n in node.walk())
+
+
+def _wrap(node: exp.Expression, make: Callable[[exp.Expression], exp.Expression]
+          ) -> exp.Expression:
+    """Puts ``make(node)`` where ``node`` was (the new node may hold ``node``)."""
+    parent, key, index = node.parent, node.arg_key, node.index
+    new = make(node)
+    if parent is not None:
+        parent.set(key, new, index)
+    return new
+
+
+def place_guards(tree: exp.Expression, allow: AllowList, types: Types,
+                 refuse: Callable[[exp.Expression, str], Exception]) -> exp.Expression:
+    """Guards every operation of ``tree`` that ``allow`` does not list as total (DuckDB form).
+
+    Children first, each failing node with its own guard: a CAST becomes TRY_CAST, any
+    other operation ``TRY(...)``; a condition that is not BOOLEAN becomes
+    ``TRY_CAST(... AS BOOLEAN)``; a SUM or AVG of a type whose total is not bounded sums
+    its argument as DOUBLE. What cannot be guarded (an operation over an aggregate, a
+    window or a subquery) raises ``refuse(node, reason)``.
+    """
+    def condition(node: exp.Expression) -> None:
+        for key, _ in conditions(node):
+            cond = node.args.get(key)
+            if cond is None or types(cond) in ("BOOLEAN", NULL):
+                continue
+            if _contains_unwrappable(cond):
+                raise refuse(cond, "a condition that is not a boolean")
+            new = exp.TryCast(this=cond, to=exp.DataType.build("BOOLEAN"))
+            node.set(key, new)
+            types.set(new, "BOOLEAN")
+
+    def visit(node: exp.Expression) -> None:
+        for child in list(node.iter_expressions()):
+            visit(child)
+        condition(node)
+        if isinstance(node, exp.If) and isinstance(node.parent, exp.Case):
+            return  # a branch is not a value: its CASE is checked whole
+        if allow.total(node, types) or isinstance(node, allow.guards):
+            return
+        if isinstance(node.parent, allow.guards) and not isinstance(node.parent, exp.TryCast):
+            return
+        if isinstance(node, exp.Sum | exp.Avg):
+            arg = node.this
+            if not isinstance(arg, exp.Distinct) and types(arg) is not None \
+                    and not _contains_unwrappable(arg):
+                wide = exp.Cast(this=exp.Try(this=arg), to=exp.DataType.build("DOUBLE"))
+                types.set(wide.this, types(arg))
+                types.set(wide, "DOUBLE")
+                node.set("this", wide)
+                if allow.total(node, types):
+                    return
+            raise refuse(node, f"{node.sql_name()} of {types(node.this) or 'an unknown type'}")
+        if type(node) is exp.Cast:
+            new = _wrap(node, lambda n: exp.TryCast(this=n.this, to=n.args["to"]))
+            types.set(new, types(node))
+            return
+        if _contains_unwrappable(node):
+            raise refuse(node, "an operation that may fail, over an aggregate, a window "
+                               "or a subquery, which cannot be guarded")
+        new = _wrap(node, lambda n: exp.Try(this=n))
+        types.set(new, types(node))
+
+    visit(tree)
+    return tree
+
+
+def problems(tree: exp.Expression, allow: AllowList, types: Types) -> list[tuple[str, str]]:
+    """Every (expression, reason) of ``tree`` that may fail on some rows outside a guard."""
+    found: list[tuple[str, str]] = []
+
+    def report(node: exp.Expression, reason: str) -> None:
+        found.append((node.sql(dialect="duckdb")[:120], reason))
+
+    def guarded(node: exp.Expression) -> bool:
+        parent = node.parent
+        while isinstance(parent, exp.Paren):
+            parent = parent.parent
+        return isinstance(parent, allow.guards) and not isinstance(parent, exp.TryCast)
+
+    for node in tree.walk():
+        for key, _ in conditions(node):
+            cond = node.args.get(key)
+            if cond is not None and types(cond) not in ("BOOLEAN", NULL):
+                report(cond, f"a condition of type {types(cond) or 'unknown'}")
+        if isinstance(node, allow.guards):
+            if _contains_unwrappable(node.this if isinstance(node, exp.Try) else exp.Null()):
+                report(node, "a guard around an aggregate, a window or a subquery")
+            continue
+        if isinstance(node, exp.If) and isinstance(node.parent, exp.Case):
+            continue
+        if allow.total(node, types) or guarded(node):
+            continue
+        args = ", ".join(str(types(o) or "?") for o in operands(node))
+        report(node, f"{_name(node)}({args}) is not on {allow.engine}'s list of operations "
+                     "that cannot fail")
+    return found
+
+
+def check_total(tree: exp.Expression, allow: AllowList, types: Types) -> None:
+    """Refuses (before the charge) a tree with an operation that may fail outside a guard.
+
+    Raises:
+        BackendError: not charged; names the expression and why.
+    """
+    found = problems(tree, allow, types)
+    if found:
+        what, reason = found[0]
+        err = BackendError(f"{allow.engine} could fail on some data in {what!r} ({reason}), "
+                           "so dpsql refuses the query; nothing was charged")
+        err.charged = False
+        raise err
+
+
+def _name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Anonymous):
+        return str(node.this).upper()
+    if isinstance(node, exp.Func):
+        return node.sql_name()
+    return type(node).__name__.upper()
+
+
+# -- the engine's types ----------------------------------------------------------------------
+
+
+def _quote(name: str) -> exp.Identifier:
+    return exp.to_identifier(name, quoted=True)
+
+
+def _placeholders(sources: list[tuple[str, list[tuple[str, str]]]],
+                  dialect: str) -> list[exp.Expression] | None:
+    """``(SELECT CAST(NULL AS t) AS c, ...) AS alias, ...`` for each source."""
+    relations = []
+    for alias, cols in sources:
+        if not cols:
+            return None
+        items = [exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t, dialect=dialect, udt=True)),
+                            _quote(c)) for c, t in cols]
+        relations.append(exp.Subquery(this=exp.Select(expressions=items),
+                                      alias=exp.TableAlias(this=_quote(alias))))
+    return relations or None
+
+
+class _Prober:
+    """Types every node of a tree by binding probe queries on the engine (nothing read)."""
+
+    def __init__(self, tree: exp.Expression, table_columns: Callable[[str], dict | None],
+                 bind: Callable[[str], list[str]], dialect: str):
+        self.tree = tree
+        self.table_columns = table_columns
+        self.bind = bind
+        self.dialect = dialect
+        self.types = Types()
+        self.outputs: dict[int, list[tuple[str, str]]] = {}
+        self.ctes: dict[str, exp.Expression] = {}
+        for cte in tree.find_all(exp.CTE):
+            self.ctes.setdefault(cte.alias_or_name.lower(), cte.this)
+
+    def run(self) -> Types:
+        for select in _innermost_first(self.tree):
+            self.scope(select)
+        return self.types
+
+    def query_outputs(self, query: exp.Expression) -> list[tuple[str, str]]:
+        if isinstance(query, exp.Subquery):
+            return self.query_outputs(query.this)
+        if isinstance(query, exp.Union):
+            return self.query_outputs(query.this)
+        return self.outputs.get(id(query), [])
+
+    def sources(self, select: exp.Select) -> list[tuple[str, list[tuple[str, str]]]] | None:
+        out = []
+        from_ = select.args.get("from_")
+        nodes = [from_.this] if from_ is not None else []
+        nodes += [j.this for j in select.args.get("joins") or []]
+        for node in nodes:
+            alias = node.alias_or_name
+            if isinstance(node, exp.Table):
+                name = node.name.lower()
+                if name in self.ctes and not node.args.get("db"):
+                    cols = self.query_outputs(self.ctes[name])
+                else:
+                    raw = self.table_columns(name) or {}
+                    cols = [(c, str(t)) for c, t in raw.items()]
+            elif isinstance(node, exp.Subquery):
+                cols = self.query_outputs(node.this)
+            else:
+                return None
+            if not cols or any(t is None for _, t in cols):
+                return None
+            out.append((alias, cols))
+        return out
+
+    def scope(self, select: exp.Select) -> None:
+        sources = self.sources(select)
+        if sources is None:
+            return
+        nodes = _scope_nodes(select)
+        for node in nodes:
+            query = node.args.get("query") if isinstance(node, exp.In) else None
+            if query is not None:
+                outs = self.query_outputs(query)
+                self.types.set(query, outs[0][1] if len(outs) == 1 else None)
+        plain = [n for n in nodes if not n.find(exp.AggFunc)]
+        grouped = [n for n in nodes if n.find(exp.AggFunc)]
+        group = select.args.get("group")
+        if group is None and not grouped:
+            self.probe(plain, sources, None)
+        else:
+            self.probe(plain, sources, None, windows=False)
+            self.probe(grouped + [n for n in plain if n.find(exp.Window)], sources, group)
+        outs = []
+        for item in select.expressions:
+            if isinstance(item, exp.Star):
+                for _, cols in sources:
+                    outs.extend(cols)
+                continue
+            if isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
+                for alias, cols in sources:
+                    if alias.lower() == item.table.lower():
+                        outs.extend(cols)
+                continue
+            outs.append((item.alias_or_name, self.types(item.unalias())))
+        self.outputs[id(select)] = outs
+
+    def probe(self, nodes: list[exp.Expression], sources, group, windows: bool = True) -> None:
+        if not windows:
+            nodes = [n for n in nodes if not n.find(exp.Window)]
+        if not nodes:
+            return
+        items = []
+        for i, node in enumerate(nodes):
+            items.append(exp.alias_(self.substitute(node), f"__t{i}"))
+        query = exp.Select(expressions=items)
+        relations = _placeholders(sources, self.dialect)
+        if relations is not None:
+            query.set("from_", exp.From(this=relations[0]))
+            if len(relations) > 1:
+                query.set("joins", [exp.Join(this=r, kind="CROSS") for r in relations[1:]])
+        if group is not None:
+            query.set("group", exp.Group(expressions=[self.substitute(g)
+                                                      for g in group.expressions]))
+        types = self.bind_all(query, len(nodes))
+        if types is None:  # one node the engine cannot type: type them one by one
+            if len(nodes) == 1:
+                return
+            for node in nodes:
+                self.probe([node], sources, group)
+            return
+        for node, t in zip(nodes, types, strict=True):
+            self.types.set(node, t)
+            if isinstance(node, exp.Window):
+                self.types.set(node.this, t)
+
+    def bind_all(self, query: exp.Select, n: int) -> list[str] | None:
+        try:
+            types = self.bind(query.sql(dialect=self.dialect))
+        except Exception:  # noqa: BLE001 - the engine could not type it: no type
+            return None
+        return types if len(types) == n else None
+
+    def substitute(self, node: exp.Expression) -> exp.Expression:
+        """A copy of ``node`` whose subqueries are typed NULLs (their types known)."""
+        copy = node.copy()
+        originals = list(node.walk())
+        copies = list(copy.walk())
+        for original, dup in zip(originals, copies, strict=True):
+            if isinstance(original, exp.Subquery) or (
+                    isinstance(original, exp.Select) and isinstance(dup.parent, exp.In)):
+                outs = self.query_outputs(original)
+                if len(outs) == 1 and outs[0][1] is not None:
+                    stand_in = exp.Select(expressions=[exp.Cast(
+                        this=exp.Null(), to=exp.DataType.build(outs[0][1], dialect=self.dialect,
+                                                              udt=True))])
+                    if isinstance(dup, exp.Subquery):
+                        stand_in = exp.Subquery(this=stand_in)
+                    dup.replace(stand_in)
+        return copy
+
+
+#: Nodes of a scope that are not values of their own.
+_NOT_VALUES = (exp.Alias, exp.Paren, exp.DataType, exp.DataTypeParam, exp.Var, exp.Identifier,
+               exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
+               exp.Offset, exp.WindowSpec, exp.Star, exp.Distinct, exp.If, exp.Tuple,
+               exp.IgnoreNulls, exp.RespectNulls, exp.TableAlias)
+#: Nodes typed only inside the window that holds them (the Window gets their type).
+_WINDOW_FUNCTIONS = (exp.RowNumber, exp.AggFunc)
+
+
+def _scope_nodes(select: exp.Select) -> list[exp.Expression]:
+    """The value nodes of one SELECT, without the insides of nested queries."""
+    out: list[exp.Expression] = []
+
+    def visit(node: exp.Expression) -> None:
+        if isinstance(node, exp.Select | exp.Union):
+            return  # a nested query is a scope of its own
+        if isinstance(node, exp.Subquery):
+            if not isinstance(node.parent, exp.In):
+                out.append(node)  # a scalar subquery: a value of its output's type
+            return
+        if not isinstance(node, _NOT_VALUES) and not (
+                isinstance(node, _WINDOW_FUNCTIONS) and isinstance(node.parent, exp.Window)):
+            out.append(node)
+        for child in node.iter_expressions():
+            visit(child)
+
+    for child in select.iter_expressions():
+        if child.arg_key in ("with", "from_", "limit", "offset"):
+            continue
+        if child.arg_key == "joins":
+            if child.args.get("on") is not None:
+                visit(child.args["on"])
+            continue
+        visit(child)
+    return out
+
+
+def _innermost_first(tree: exp.Expression) -> list[exp.Select]:
+    out: list[exp.Select] = []
+
+    def visit(node: exp.Expression) -> None:
+        for child in node.iter_expressions():
+            visit(child)
+        if isinstance(node, exp.Select):
+            out.append(node)
+
+    visit(tree)
+    return out
+
+
+def expression_types(tree: exp.Expression, table_columns: Callable[[str], dict | None],
+                     bind: Callable[[str], list[str]], dialect: str) -> Types:
+    """The engine's type of every value node of ``tree`` (None where it cannot say).
+
+    Args:
+        tree: the tree the backend will run.
+        table_columns: ``columns(table) -> {column: engine type name}`` of database tables.
+        bind: binds one SELECT on the engine, reading no data, and returns its output
+            column types as type names (DuckDB: a relation's ``types``).
+        dialect: the SQL dialect of ``bind``.
+    """
+    return _Prober(tree, table_columns, bind, dialect).run()
+
+
+__all__ = ["AllowList", "Entry", "MAX_ROWS", "Types", "check_total", "expression_types",
+           "place_guards", "problems", "widening"]
+
+
+# -- predicates the allow-lists are written with ----------------------------------------------
+
+
+def always(node: exp.Expression, types: Types) -> bool:
+    return True
+
+
+def operands_meet(node: exp.Expression, types: Types) -> bool:
+    """The operands meet in a common type by widening (:func:`widening`)."""
+    return widening(types(o) for o in operands(node))
+
+
+def operands_meet_result(node: exp.Expression, types: Types) -> bool:
+    """The operands and the result are of one type, or meet in it by widening."""
+    return types(node) is not None and widening([*(types(o) for o in operands(node)),
+                                                 types(node)])
+
+
+def all_operands(*allowed: str) -> Callable[[exp.Expression, Types], bool]:
+    """Every operand's type is one of ``allowed`` (or NULL)."""
+    def test(node: exp.Expression, types: Types) -> bool:
+        return all(types(o) in (*allowed, NULL) for o in operands(node))
+    return test
+
+
+def floating(node: exp.Expression, types: Types) -> bool:
+    """The result is floating-point and every operand an integer or a float: the
+    operands widen to the float type, and IEEE arithmetic gives inf or NaN, not errors."""
+    return is_float(types(node)) and all(
+        is_integer(types(o)) or is_float(types(o)) or types(o) == NULL for o in operands(node))
+
+
+def negated_literal(node: exp.Expression, types: Types) -> bool:
+    """``-<number literal>``: the engine types a positive literal with the smallest type
+    that holds it, and a signed type holds the negation of every positive value."""
+    inner = node.this
+    while isinstance(inner, exp.Paren):
+        inner = inner.this
+    return isinstance(inner, exp.Literal) and not inner.is_string
+
+
+def constant_interval(node: exp.Expression, types: Types) -> bool:
+    """``INTERVAL '<constant>' unit``: a constant, parsed while planning."""
+    return isinstance(node.this, exp.Literal)
+
+
+def anonymous(*names: str) -> Callable[[exp.Expression, Types], bool]:
+    upper = {n.upper() for n in names}
+    return lambda node, types: str(node.this).upper() in upper
+
+
+def cast_from(table: dict[str, Callable[[str | None], bool]]
+              ) -> Callable[[exp.Expression, Types], bool]:
+    """A cast is total when its source type passes the test its target's base names."""
+    def test(node: exp.Expression, types: Types) -> bool:
+        target, source = types(node), types(node.this)
+        if target is None or source is None:
+            return False
+        if source in (target, NULL):
+            return True
+        rule = table.get(base(target))
+        return bool(rule and rule(source))
+    return test
+
+
+def widens_to(target_rank: int) -> Callable[[str | None], bool]:
+    """An integer type no wider than the integer type at ``target_rank`` of INTEGERS."""
+    return lambda t: is_integer(t) and INTEGERS.index(t) <= target_rank
