@@ -446,7 +446,7 @@ TOTAL = total.AllowList("DuckDB", (
     _E((exp.Sum, exp.Avg), _sum_argument, _sum_argument.__doc__.split(":")[0]),
     _E((exp.RowNumber,), total.always, "numbers rows"),
     _E((exp.Anonymous,), total.anonymous("HASH"), "a hash of any values"),
-))
+), guards=(exp.Try, exp.TryCast))
 
 
 DuckDBBackend.allow = TOTAL

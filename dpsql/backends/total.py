@@ -88,27 +88,76 @@ def is_float(t: str | None) -> bool:
     return t in FLOATS
 
 
-def widening(types: Iterable[str | None]) -> bool:
-    """Whether values of these types meet in a common type by conversions that never fail.
+#: Digits of the integer types' largest values (for their meeting with DECIMALs).
+_INT_DIGITS = {"TINYINT": 3, "UTINYINT": 3, "SMALLINT": 5, "USMALLINT": 5, "INTEGER": 10,
+               "UINTEGER": 10, "BIGINT": 19, "HUGEINT": 39}
 
-    The same type (no conversion), integers only (to the widest), or integers and
-    floating-point numbers with at least one of the latter (to FLOAT or DOUBLE, which
-    round, never fail). NULL meets anything. Anything else (DECIMALs of different
-    sizes, text with numbers, DATE with TIMESTAMP) is not taken as total.
+
+def _digits(t: str) -> tuple[int, int] | None:
+    """(integer digits, scale) of an integer or DECIMAL type."""
+    if is_integer(t):
+        return _INT_DIGITS[t], 0
+    d = decimal_digits(t)
+    return (d[0] - d[1], d[1]) if d else None
+
+
+def widens(source: str | None, target: str | None) -> bool:
+    """Whether every value of ``source`` converts to ``target`` without error.
+
+    >>> widens("INTEGER", "BIGINT"), widens("BIGINT", "INTEGER"), widens("HUGEINT", "DOUBLE")
+    (True, False, True)
+    >>> widens("DECIMAL(5,2)", "DECIMAL(18,3)"), widens("BIGINT", "DECIMAL(18,0)")
+    (True, False)
+    """
+    if source is None or target is None:
+        return False
+    if source in (target, NULL):
+        return True
+    if is_integer(source) and is_integer(target):
+        if target.startswith("U"):
+            return False
+        return INTEGERS.index(source) <= INTEGERS.index(target)
+    if is_float(target):
+        return is_integer(source) or is_float(source) or decimal_digits(source) is not None
+    src, dst = _digits(source), _digits(target)
+    if src is None or dst is None or decimal_digits(target) is None:
+        return False
+    return src[0] <= dst[0] and src[1] <= dst[1]
+
+
+def widening(types: Iterable[str | None], result: str | None = None) -> bool:
+    """Whether values of these types meet in a common type (and in ``result``, if
+    given) by conversions that never fail.
+
+    The same type (no conversion); integers only (to the widest); numbers with a
+    floating-point one (to FLOAT or DOUBLE, which round, never fail); integers and
+    DECIMALs whose largest integer part and largest scale fit 38 digits together (the
+    widest DECIMAL). NULL meets anything. Anything else (text with numbers, DATE with
+    TIMESTAMP, DECIMALs past 38 digits) is not taken as total. Literals count with the
+    type the engine gives them.
 
     >>> widening(["BIGINT", "INTEGER", '"NULL"']), widening(["DOUBLE", "HUGEINT"])
     (True, True)
-    >>> widening(["DECIMAL(18,3)", "INTEGER"]), widening(["DATE", "TIMESTAMP"])
+    >>> widening(["DECIMAL(18,3)", "INTEGER"]), widening(["DECIMAL(38,36)", "INTEGER"])
+    (True, False)
+    >>> widening(["DATE", "TIMESTAMP"]), widening(["VARCHAR", None])
     (False, False)
-    >>> widening(["VARCHAR", None])
-    False
     """
     ts = [t for t in types if t != NULL]
     if any(t is None for t in ts):
         return False
+    if result is not None and not all(widens(t, result) for t in ts):
+        return False
     if len(set(ts)) <= 1:
         return True
-    return all(is_integer(t) or is_float(t) for t in ts)
+    if all(is_integer(t) for t in ts):
+        return True
+    if any(is_float(t) for t in ts):
+        return all(is_integer(t) or is_float(t) or decimal_digits(t) for t in ts)
+    digits = [_digits(t) for t in ts]
+    if any(d is None for d in digits):
+        return False
+    return max(d[0] for d in digits) + max(d[1] for d in digits) <= 38
 
 
 @dataclass
@@ -509,9 +558,9 @@ def _scope_nodes(select: exp.Select) -> list[exp.Expression]:
             visit(child)
 
     for child in select.iter_expressions():
-        if child.arg_key in ("with", "from_", "limit", "offset"):
+        if isinstance(child, exp.With | exp.From | exp.Limit | exp.Offset):
             continue
-        if child.arg_key == "joins":
+        if isinstance(child, exp.Join):
             if child.args.get("on") is not None:
                 visit(child.args["on"])
             continue
@@ -563,9 +612,9 @@ def operands_meet(node: exp.Expression, types: Types) -> bool:
 
 
 def operands_meet_result(node: exp.Expression, types: Types) -> bool:
-    """The operands and the result are of one type, or meet in it by widening."""
-    return types(node) is not None and widening([*(types(o) for o in operands(node)),
-                                                 types(node)])
+    """The operands meet by widening, and each widens to the result's type."""
+    return types(node) is not None and widening([types(o) for o in operands(node)],
+                                                types(node))
 
 
 def all_operands(*allowed: str) -> Callable[[exp.Expression, Types], bool]:

@@ -325,11 +325,12 @@ def _conn(database, rows=None):
 
 
 def test_a_dropped_guard_is_refused_before_the_charge(sec, database, monkeypatch):
-    from dpsql import engine
-    from dpsql.rewrite import rewrite
+    """The check does not trust the placement: with no guard placed, the allow-list
+    check of the final tree refuses what may fail (DuckDB places guards in the backend,
+    :mod:`dpsql.backends.total`)."""
+    from dpsql.backends import total
 
-    without = tuple(r for r in RULES if r is not guard_errors)
-    monkeypatch.setattr(engine, "rewrite", lambda plan: rewrite(plan, without))
+    monkeypatch.setattr(total, "place_guards", lambda tree, *a, **k: tree)
     conn = _conn(database)
     out = sec.outcome(conn, "SELECT SUM(age * 2) FROM people", 1.0, 0.0)
     assert out.kind == "refused", out.describe()
@@ -344,20 +345,20 @@ def test_a_guard_placed_too_high_is_refused_before_the_charge(sec, database, mon
     """TRY around a CASE that repeats a failing subexpression: DuckDB computes the
     repeated ``age * 2`` once, outside the TRY (seen on DuckDB 2.0), so the check wants
     a TRY directly around every node that can fail."""
-    from dpsql import engine
-    from dpsql.rewrite import rewrite
+    from dpsql.backends import total
 
-    def high_guard(expression, plan):
-        expression = guard_errors(expression, plan)
-        for node in list(expression.find_all(exp.Try)):
+    place = total.place_guards
+
+    def high_guard(tree, allow, types, refuse):
+        place(tree, allow, types, refuse)
+        for node in list(tree.find_all(exp.Try)):
             node.replace(node.this)  # strip the per-node guards ...
-        for case in list(expression.find_all(exp.Case)):
+        for case in list(tree.find_all(exp.Case)):
             if case.find(exp.Mul):   # ... and guard the whole CASE instead
                 case.replace(exp.Try(this=case.copy()))
-        return expression
+        return tree
 
-    rules = tuple(high_guard if r is guard_errors else r for r in RULES)
-    monkeypatch.setattr(engine, "rewrite", lambda plan: rewrite(plan, rules))
+    monkeypatch.setattr(total, "place_guards", high_guard)
     conn = _conn(database)
     sql = "SELECT SUM(CASE WHEN sex = 1 THEN age * 2 ELSE 0 END) FROM people"
     out = sec.outcome(conn, sql, 1.0, 0.0)
@@ -367,19 +368,21 @@ def test_a_guard_placed_too_high_is_refused_before_the_charge(sec, database, mon
 
 def test_a_pass_copying_a_raw_expression_after_the_guards_is_refused(sec, database,
                                                                      monkeypatch):
-    """Finding 9's shape: a later pass adds an unguarded copy of a key to WHERE."""
-    from dpsql import engine
-    from dpsql.rewrite import rewrite
+    """Finding 9's shape: a step after the placement adds an unguarded copy of a key to
+    WHERE; the check of the final tree refuses it."""
+    from dpsql.backends import total
 
-    def copy_after(expression, plan):
-        for select in expression.find_all(exp.Select):
+    place = total.place_guards
+
+    def copy_after(tree, allow, types, refuse):
+        place(tree, allow, types, refuse)
+        for select in tree.find_all(exp.Select):
             from_ = select.args.get("from_")
             if from_ is not None and from_.this.name == "people":
                 select.where(parse_one("age * 2 IN (0, 1)"), copy=False)
-        return expression
+        return tree
 
-    rules = (*RULES, copy_after)
-    monkeypatch.setattr(engine, "rewrite", lambda plan: rewrite(plan, rules))
+    monkeypatch.setattr(total, "place_guards", copy_after)
     conn = _conn(database)
     out = sec.outcome(conn, "SELECT COUNT(*) FROM people", 1.0, 0.0)
     assert out.kind == "refused", out.describe()
