@@ -376,36 +376,72 @@ def _name(node: exp.Expression) -> str:
 # -- the engine's types ----------------------------------------------------------------------
 
 
-def _quote(name: str) -> exp.Identifier:
-    return exp.to_identifier(name, quoted=True)
+def _placeholders(columns: list[tuple[str, str]], alias: str, dialect: str) -> exp.Expression:
+    """``(SELECT CAST(NULL AS t) AS c, ...) AS alias``: a relation of typed NULLs."""
+    items = [exp.alias_(exp.Cast(this=exp.Null(),
+                                 to=exp.DataType.build(t, dialect=dialect, udt=True)),
+                        exp.to_identifier(c, quoted=True)) for c, t in columns]
+    return exp.Subquery(this=exp.Select(expressions=items),
+                        alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
 
 
-def _placeholders(sources: list[tuple[str, list[tuple[str, str]]]],
-                  dialect: str) -> list[exp.Expression] | None:
-    """``(SELECT CAST(NULL AS t) AS c, ...) AS alias, ...`` for each source."""
-    relations = []
-    for alias, cols in sources:
-        if not cols:
-            return None
-        items = [exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t, dialect=dialect, udt=True)),
-                            _quote(c)) for c, t in cols]
-        relations.append(exp.Subquery(this=exp.Select(expressions=items),
-                                      alias=exp.TableAlias(this=_quote(alias))))
-    return relations or None
+#: Nodes that are not values of their own; their value children are looked through.
+_NOT_VALUES = (exp.Alias, exp.Paren, exp.DataType, exp.DataTypeParam, exp.Var, exp.Identifier,
+               exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
+               exp.Offset, exp.WindowSpec, exp.Star, exp.Distinct, exp.If, exp.Tuple,
+               exp.IgnoreNulls, exp.RespectNulls, exp.TableAlias)
+#: Constants, kept as written in a probe (how the engine types a literal depends on
+#: where it stands, so a literal is never replaced by a typed stand-in).
+_CONSTANTS = (exp.Literal, exp.Null, exp.Boolean)
+
+
+def _constant(node: exp.Expression) -> bool:
+    while isinstance(node, exp.Paren | exp.Neg):
+        node = node.this
+    return isinstance(node, _CONSTANTS) or (isinstance(node, exp.Interval)
+                                            and isinstance(node.this, exp.Literal))
+
+
+def _value_children(node: exp.Expression) -> list[exp.Expression]:
+    """The nearest value nodes below ``node`` (through brackets, CASE branches, window
+    specs and the like; a window's function counts as the window itself)."""
+    out: list[exp.Expression] = []
+
+    def visit(child: exp.Expression) -> None:
+        if isinstance(child, exp.Select | exp.Union) or (
+                isinstance(child, exp.Subquery) and isinstance(child.parent, exp.In)):
+            return  # an IN's set: typed with the IN (a stand-in query of its type)
+        if isinstance(child, _NOT_VALUES) or (isinstance(child, exp.RowNumber | exp.AggFunc)
+                                               and isinstance(child.parent, exp.Window)
+                                               and child.arg_key == "this"):
+            for grand in child.iter_expressions():
+                visit(grand)
+            return
+        out.append(child)
+
+    for child in node.iter_expressions():
+        visit(child)
+    return out
 
 
 class _Prober:
-    """Types every node of a tree by binding probe queries on the engine (nothing read)."""
+    """Types every value node of a tree by binding small probes on the engine.
+
+    Per SELECT (innermost first): the columns as written, over a relation of typed NULLs
+    shaped like the SELECT's sources (the engine resolves the names); the constants as
+    written; then each operation, lowest first, with its operands replaced by columns
+    of their types (constants kept as written), one probe per height. Nothing is read.
+    """
 
     def __init__(self, tree: exp.Expression, table_columns: Callable[[str], dict | None],
                  bind: Callable[[str], list[str]], dialect: str):
-        self.tree = tree
         self.table_columns = table_columns
         self.bind = bind
         self.dialect = dialect
         self.types = Types()
-        self.outputs: dict[int, list[tuple[str, str]]] = {}
+        self.outputs: dict[int, list[tuple[str, str | None]]] = {}
         self.ctes: dict[str, exp.Expression] = {}
+        self.tree = tree
         for cte in tree.find_all(exp.CTE):
             self.ctes.setdefault(cte.alias_or_name.lower(), cte.this)
 
@@ -414,11 +450,9 @@ class _Prober:
             self.scope(select)
         return self.types
 
-    def query_outputs(self, query: exp.Expression) -> list[tuple[str, str]]:
-        if isinstance(query, exp.Subquery):
-            return self.query_outputs(query.this)
-        if isinstance(query, exp.Union):
-            return self.query_outputs(query.this)
+    def query_outputs(self, query: exp.Expression) -> list[tuple[str, str | None]]:
+        while isinstance(query, exp.Subquery | exp.Union):
+            query = query.this
         return self.outputs.get(id(query), [])
 
     def sources(self, select: exp.Select) -> list[tuple[str, list[tuple[str, str]]]] | None:
@@ -427,7 +461,6 @@ class _Prober:
         nodes = [from_.this] if from_ is not None else []
         nodes += [j.this for j in select.args.get("joins") or []]
         for node in nodes:
-            alias = node.alias_or_name
             if isinstance(node, exp.Table):
                 name = node.name.lower()
                 if name in self.ctes and not node.args.get("db"):
@@ -441,103 +474,129 @@ class _Prober:
                 return None
             if not cols or any(t is None for _, t in cols):
                 return None
-            out.append((alias, cols))
+            out.append((node.alias_or_name, cols))
         return out
 
     def scope(self, select: exp.Select) -> None:
         sources = self.sources(select)
-        if sources is None:
-            return
         nodes = _scope_nodes(select)
         for node in nodes:
             query = node.args.get("query") if isinstance(node, exp.In) else None
             if query is not None:
                 outs = self.query_outputs(query)
                 self.types.set(query, outs[0][1] if len(outs) == 1 else None)
-        plain = [n for n in nodes if not n.find(exp.AggFunc)]
-        grouped = [n for n in nodes if n.find(exp.AggFunc)]
-        group = select.args.get("group")
-        if group is None and not grouped:
-            self.probe(plain, sources, None)
-        else:
-            self.probe(plain, sources, None, windows=False)
-            self.probe(grouped + [n for n in plain if n.find(exp.Window)], sources, group)
+        columns = [n for n in nodes if isinstance(n, exp.Column)]
+        if sources is not None and columns:
+            relations = [_placeholders(cols, alias, self.dialect) for alias, cols in sources]
+            self.probe(columns, lambda n: n.copy(), relations)
+        constants = [n for n in nodes if _constant(n)]
+        self.probe(constants, lambda n: n.copy(), [])
+        height: dict[int, int] = {}
+        rest = [n for n in nodes if not isinstance(n, exp.Column) and not _constant(n)]
+
+        def measure(node: exp.Expression) -> int:
+            if id(node) not in height:
+                height[id(node)] = 1 + max((measure(c) for c in _value_children(node)
+                                            if not isinstance(c, exp.Column)
+                                            and not _constant(c)), default=0)
+            return height[id(node)]
+
+        levels: dict[int, list[exp.Expression]] = {}
+        for node in rest:
+            levels.setdefault(measure(node), []).append(node)
+        for level in sorted(levels):
+            self.operations(levels[level])
         outs = []
         for item in select.expressions:
-            if isinstance(item, exp.Star):
-                for _, cols in sources:
-                    outs.extend(cols)
-                continue
-            if isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
-                for alias, cols in sources:
-                    if alias.lower() == item.table.lower():
+            if isinstance(item, exp.Star) or (isinstance(item, exp.Column)
+                                              and isinstance(item.this, exp.Star)):
+                qualifier = item.table.lower() if isinstance(item, exp.Column) else None
+                for alias, cols in sources or []:
+                    if qualifier is None or alias.lower() == qualifier:
                         outs.extend(cols)
+                if sources is None:
+                    outs.append(("*", None))
                 continue
             outs.append((item.alias_or_name, self.types(item.unalias())))
         self.outputs[id(select)] = outs
 
-    def probe(self, nodes: list[exp.Expression], sources, group, windows: bool = True) -> None:
-        if not windows:
-            nodes = [n for n in nodes if not n.find(exp.Window)]
+    def operations(self, nodes: list[exp.Expression]) -> None:
+        """Types operations whose operands are typed: each with its operands as columns."""
+        plain, aggregates = [], []
+        for node in nodes:
+            kids = [c for c in _value_children(node) if not _constant(c)]
+            if any(self.types(c) is None for c in kids):
+                continue  # an operand of unknown type: the operation has none either
+            (aggregates if isinstance(node, exp.AggFunc) else plain).append((node, kids))
+        for group in (plain, aggregates):
+            if not group:
+                continue
+            columns: list[tuple[str, str]] = []
+            stand_ins: dict[int, str] = {}
+            for _, kids in group:
+                for kid in kids:
+                    if id(kid) not in stand_ins:
+                        stand_ins[id(kid)] = f"__p{len(stand_ins)}"
+                        columns.append((stand_ins[id(kid)], self.types(kid)))
+            relations = [_placeholders(columns, "__p", self.dialect)] if columns else []
+            self.probe([n for n, _ in group], lambda n, m=stand_ins: self._stand_in(n, m),
+                       relations)
+
+    def _stand_in(self, node: exp.Expression, stand_ins: dict[int, str]) -> exp.Expression:
+        """A copy of ``node`` with its non-constant operands as columns (or typed scalar
+        subqueries for nested queries)."""
+        swapped = []
+        for kid in _value_children(node):
+            if _constant(kid):
+                continue
+            name = stand_ins[id(kid)]
+            new = exp.column(exp.to_identifier(name, quoted=True))
+            swapped.append((kid, new))
+        for kid, new in swapped:
+            kid.replace(new)
+        try:
+            copy = node.copy()
+        finally:
+            for kid, new in swapped:
+                new.replace(kid)
+        query = copy.args.get("query") if isinstance(copy, exp.In) else None
+        if query is not None:
+            outs = self.query_outputs(node.args["query"])
+            if len(outs) == 1 and outs[0][1] is not None:
+                query.replace(exp.Subquery(this=exp.Select(expressions=[exp.Cast(
+                    this=exp.Null(), to=exp.DataType.build(outs[0][1], dialect=self.dialect,
+                                                           udt=True))])))
+        if isinstance(copy, exp.Subquery):
+            outs = self.query_outputs(node.this)
+            if len(outs) == 1 and outs[0][1] is not None:
+                copy = exp.Subquery(this=exp.Select(expressions=[exp.Cast(
+                    this=exp.Null(), to=exp.DataType.build(outs[0][1], dialect=self.dialect,
+                                                           udt=True))]))
+        return copy
+
+    def probe(self, nodes: list[exp.Expression], make, relations: list[exp.Expression],
+              one_by_one: bool = True) -> None:
         if not nodes:
             return
-        items = []
-        for i, node in enumerate(nodes):
-            items.append(exp.alias_(self.substitute(node), f"__t{i}"))
-        query = exp.Select(expressions=items)
-        relations = _placeholders(sources, self.dialect)
-        if relations is not None:
+        query = exp.Select(expressions=[exp.alias_(make(n), f"__t{i}")
+                                        for i, n in enumerate(nodes)])
+        if relations:
             query.set("from_", exp.From(this=relations[0]))
             if len(relations) > 1:
                 query.set("joins", [exp.Join(this=r, kind="CROSS") for r in relations[1:]])
-        if group is not None:
-            query.set("group", exp.Group(expressions=[self.substitute(g)
-                                                      for g in group.expressions]))
-        types = self.bind_all(query, len(nodes))
-        if types is None:  # one node the engine cannot type: type them one by one
-            if len(nodes) == 1:
-                return
-            for node in nodes:
-                self.probe([node], sources, group)
+        try:
+            types = self.bind(query.sql(dialect=self.dialect))
+        except Exception:  # noqa: BLE001 - the engine cannot type it: no type
+            types = None
+        if types is None or len(types) != len(nodes):
+            if one_by_one and len(nodes) > 1:
+                for node in nodes:
+                    self.probe([node], make, relations, one_by_one=False)
             return
         for node, t in zip(nodes, types, strict=True):
             self.types.set(node, t)
             if isinstance(node, exp.Window):
                 self.types.set(node.this, t)
-
-    def bind_all(self, query: exp.Select, n: int) -> list[str] | None:
-        try:
-            types = self.bind(query.sql(dialect=self.dialect))
-        except Exception:  # noqa: BLE001 - the engine could not type it: no type
-            return None
-        return types if len(types) == n else None
-
-    def substitute(self, node: exp.Expression) -> exp.Expression:
-        """A copy of ``node`` whose subqueries are typed NULLs (their types known)."""
-        copy = node.copy()
-        originals = list(node.walk())
-        copies = list(copy.walk())
-        for original, dup in zip(originals, copies, strict=True):
-            if isinstance(original, exp.Subquery) or (
-                    isinstance(original, exp.Select) and isinstance(dup.parent, exp.In)):
-                outs = self.query_outputs(original)
-                if len(outs) == 1 and outs[0][1] is not None:
-                    stand_in = exp.Select(expressions=[exp.Cast(
-                        this=exp.Null(), to=exp.DataType.build(outs[0][1], dialect=self.dialect,
-                                                              udt=True))])
-                    if isinstance(dup, exp.Subquery):
-                        stand_in = exp.Subquery(this=stand_in)
-                    dup.replace(stand_in)
-        return copy
-
-
-#: Nodes of a scope that are not values of their own.
-_NOT_VALUES = (exp.Alias, exp.Paren, exp.DataType, exp.DataTypeParam, exp.Var, exp.Identifier,
-               exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
-               exp.Offset, exp.WindowSpec, exp.Star, exp.Distinct, exp.If, exp.Tuple,
-               exp.IgnoreNulls, exp.RespectNulls, exp.TableAlias)
-#: Nodes typed only inside the window that holds them (the Window gets their type).
-_WINDOW_FUNCTIONS = (exp.RowNumber, exp.AggFunc)
 
 
 def _scope_nodes(select: exp.Select) -> list[exp.Expression]:
@@ -552,7 +611,8 @@ def _scope_nodes(select: exp.Select) -> list[exp.Expression]:
                 out.append(node)  # a scalar subquery: a value of its output's type
             return
         if not isinstance(node, _NOT_VALUES) and not (
-                isinstance(node, _WINDOW_FUNCTIONS) and isinstance(node.parent, exp.Window)):
+                isinstance(node, exp.RowNumber | exp.AggFunc)
+                and isinstance(node.parent, exp.Window) and node.arg_key == "this"):
             out.append(node)
         for child in node.iter_expressions():
             visit(child)
@@ -593,10 +653,6 @@ def expression_types(tree: exp.Expression, table_columns: Callable[[str], dict |
         dialect: the SQL dialect of ``bind``.
     """
     return _Prober(tree, table_columns, bind, dialect).run()
-
-
-__all__ = ["AllowList", "Entry", "MAX_ROWS", "Types", "check_total", "expression_types",
-           "place_guards", "problems", "widening"]
 
 
 # -- predicates the allow-lists are written with ----------------------------------------------

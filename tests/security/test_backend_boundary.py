@@ -383,16 +383,18 @@ def test_check_binds_without_running(kind, built, monkeypatch, caplog):
 
 
 def test_duckdb_planning_errors_are_refused_before_the_charge(built, monkeypatch, caplog):
-    """Constant folding happens while planning: a literal the column type cannot hold
-    is refused by check, for free (as the EXPLAIN of the old check did)."""
+    """What DuckDB refuses while binding is refused by check, for free: here a function
+    over a type it does not take. (DuckDB 2.0.1 plans a 5000-digit literal compared with
+    a BIGINT, and a LIMIT past 2**63, without complaint and fails only when running: the
+    first is total under the allow-list, the second dpsql refuses itself.)"""
     caplog.set_level(logging.WARNING, logger="dpsql.owner")
     backend = built("duckdb").backend
-    patch_sql(monkeypatch, backend, "SELECT COUNT(*) AS n FROM bb_people WHERE age = "
-              + "9" * 5000)
+    patch_sql(monkeypatch, backend, "SELECT COUNT(*) AS n FROM bb_people "
+                                    "WHERE lower(age) = 'a'")
     with pytest.raises(BackendError) as info:
         backend.check(TREE)
     assert_stable(info.value, _boundary.PLAN_FAILED, charged=False)
-    assert "OutOfRange" in owner_records(caplog)[0]
+    assert "Binder" in owner_records(caplog)[0]
 
 
 @NEEDS_PG
