@@ -104,6 +104,10 @@ class Backend(ABC):
         from dpsql.backends import total
         from dpsql.output_check import check_sql
 
+        # the output language first: nothing of a query reaches the engine, not even a
+        # probe that binds over no data, before its tree is known to be dpsql's own
+        check_sql(original.sql(dialect=self.dialect), original, self.dialect,
+                  tables=self.catalog_tables, names=self.catalog_names)
         expression = original.copy()
         types = total.expression_types(expression, self.columns, self.bind_types,
                                        self.dialect)
