@@ -298,6 +298,7 @@ class Connection:
             self._ledger.finish(charge, "cancelled")
             raise
         except DpsqlError as exc:
+            exc.charged = True  # whatever its class says: it came after the charge
             self._ledger.finish(charge, "failed", type(exc).__name__)
             raise
         except Exception as exc:  # noqa: BLE001 - may depend on the data: no text of it

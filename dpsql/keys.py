@@ -143,11 +143,31 @@ def read_keys(rows: list[tuple], nk: int, text: list[int],
             elif isinstance(value, float):
                 row[i] = math.nan if math.isnan(value) else value + 0.0
             elif isinstance(value, decimal.Decimal):
-                row[i] = float(value) if i in floats else _decimal(value)
+                row[i] = _domain_float(value) if i in floats else _decimal(value)
             elif i in doubles and isinstance(value, int) and not isinstance(value, bool):
                 row[i] = _as_float(value)
         out.append(tuple(row))
     return out
+
+
+def _domain_float(value: decimal.Decimal):
+    """A DECIMAL key as the float of a public domain, only when it is that float's own
+    spelling; else its exact DECIMAL (then no domain value, so not released).
+
+    ``float()`` alone would read two DECIMALs that differ beyond a float's precision as
+    one key, and one group's statistics would overwrite the other's.
+
+    >>> _domain_float(decimal.Decimal("0.10")), _domain_float(decimal.Decimal("2"))
+    (0.1, 2.0)
+    >>> _domain_float(decimal.Decimal("0.1000000000000000001"))
+    Decimal('0.1000000000000000001')
+    """
+    if not value.is_finite():
+        return _decimal(value)
+    number = float(value)
+    if math.isfinite(number) and decimal.Decimal(repr(number)) == value:
+        return number
+    return _decimal(value)
 
 
 def _as_float(value: int):

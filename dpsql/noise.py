@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from dpsql.analyze.plan import Plan
-from dpsql.errors import DpsqlError
 from dpsql.keys import order_key
 
 
@@ -74,15 +73,35 @@ def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
     return NoisyGroups(groups, noisy)
 
 
+#: Largest magnitude a statistic's value is read as (a float's largest finite value).
+_LARGEST = 1.7976931348623157e308
+
+
 def _number(value, integer: bool):
+    """A statistic's exact value as the mechanism takes it; total by construction.
+
+    Whether it is an integer was decided before the charge from the SQL type the
+    backend bound (:func:`dpsql.engine.statistic_types`), so an integer statistic comes
+    back as an ``int`` (or a DECIMAL without fraction). Nothing here raises whatever
+    the value: an assertion failing after the charge would itself be an oracle (the
+    fuzzers in ``tests/privacy/`` assert wholeness instead). A NaN (only from values
+    outside the clamps' reach) reads as 0 and an infinity as the largest float; both
+    are then noised as any other value.
+    """
     if value is None:  # SUM over only NULLs
         return 0
-    if isinstance(value, Decimal):
-        value = int(value) if integer and value == value.to_integral_value() else float(value)
-    if not integer:
-        return float(value)
-    # The backend's column types are checked against the catalog before the query runs,
-    # so a fraction cannot happen here; rounding it would change the sensitivity.
-    if isinstance(value, float) and not value.is_integer():
-        raise DpsqlError("internal error: an integer statistic is not whole")
-    return int(value)
+    if integer and isinstance(value, int):
+        return int(value)
+    if integer and isinstance(value, Decimal) and value.is_finite() \
+            and value == value.to_integral_value():
+        return int(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError, ArithmeticError):
+        number = _LARGEST if isinstance(value, Decimal) and value > 0 else 0.0
+    if number != number:
+        number = 0.0
+    number = max(-_LARGEST, min(_LARGEST, number))
+    if integer:  # not reached when the engine types the statistic as an integer
+        return int(number)
+    return number

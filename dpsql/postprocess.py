@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -187,12 +188,8 @@ def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
     for i, key in enumerate(plan.keys):
         data[key.name] = [g[i] for g in noisy.keys]
     data.update(cells)
-    try:
-        table = pa.table(data) if n else _empty_table(plan)
-    except (pa.ArrowException, OverflowError, TypeError, ValueError) as exc:
-        # e.g. a key value beyond int64: depends on released values only
-        raise PostprocessError(
-            f"post-processing the noisy answer failed ({type(exc).__name__})") from None
+    table = pa.table({name: _arrow_array(values) for name, values in data.items()}) if n \
+        else _empty_table(plan)
 
     if _plain(plan):
         # the outer query only selects released columns: read them off the same Arrow
@@ -221,6 +218,36 @@ def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
         intervals.append(tuple(b[1] for b in bars))
     return Answer([o.name for o in plan.outputs], rows, accuracy, intervals,
                   tuple(bool(o.cells) for o in plan.outputs))
+
+
+def _arrow_array(values: list) -> pa.Array:
+    """Released values as one Arrow column; never raises (it runs after the charge).
+
+    Arrow infers the type; where it cannot hold the values (an integer beyond int64, a
+    column mixing floats with integers past 2**53), numbers become float64 (clamped to
+    the finite range) and anything else text.
+
+    >>> _arrow_array([1, 2**64]).type, _arrow_array([0.5, 10**18]).type
+    (DataType(double), DataType(double))
+    """
+    try:
+        return pa.array(values)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        pass
+    if all(v is None or (isinstance(v, int | float | Decimal) and not isinstance(v, bool))
+           for v in values):
+        return pa.array([None if v is None else _finite_float(v) for v in values],
+                        pa.float64())
+    return pa.array([None if v is None else str(v) for v in values], pa.string())
+
+
+def _finite_float(value) -> float:
+    try:
+        number = float(value)
+    except (OverflowError, ValueError, ArithmeticError):
+        number = math.inf if value > 0 else -math.inf
+    return max(-sys.float_info.max, min(sys.float_info.max, number)) \
+        if number == number else number
 
 
 def postprocess_query(plan: Plan) -> exp.Select:
