@@ -30,6 +30,7 @@ from a small schema of empty stand-ins.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -41,6 +42,9 @@ from sqlglot import exp
 import dpsql
 from dpsql.catalog import Catalog
 from dpsql.errors import UnsupportedQueryError
+from dpsql.text import escape
+
+_log = logging.getLogger("dpsql.server")
 
 #: ``server_version`` as reported to clients: PostgreSQL 15's protocol and catalog.
 SERVER_VERSION = "15.0"
@@ -80,7 +84,8 @@ _STANDINS = {
                         "stxnamespace BIGINT, stxowner BIGINT, stxkeys INTEGER[], "
                         "stxkind VARCHAR[], stxstattarget INTEGER",
     "pg_publication": "oid BIGINT, pubname VARCHAR, puballtables BOOLEAN",
-    "pg_publication_rel": "oid BIGINT, prpubid BIGINT, prrelid BIGINT",
+    "pg_publication_rel": "oid BIGINT, prpubid BIGINT, prrelid BIGINT, prqual VARCHAR, "
+                          "prattrs SMALLINT[]",
     "pg_publication_namespace": "oid BIGINT, pnpubid BIGINT, pnnspid BIGINT",
     "pg_foreign_table": "ftrelid BIGINT, ftserver BIGINT, ftoptions VARCHAR[]",
     "pg_foreign_server": "oid BIGINT, srvname VARCHAR",
@@ -121,12 +126,113 @@ _MACROS = [
     "pg_get_function_identity_arguments(x) AS NULL",
     "pg_get_serial_sequence(a, b) AS NULL",
     "pg_backend_pid() AS 0",
+    "pg_relation_is_publishable(x) AS false",
+    # PostgreSQL's names (SQLAlchemy and JDBC map types by them), not DuckDB's short ones
+    "dpsql_format_type(t, m) AS CASE t WHEN 20 THEN 'bigint' WHEN 23 THEN 'integer' "
+    "WHEN 21 THEN 'smallint' WHEN 701 THEN 'double precision' WHEN 700 THEN 'real' "
+    "WHEN 25 THEN 'text' WHEN 1043 THEN 'character varying' WHEN 16 THEN 'boolean' "
+    "WHEN 1082 THEN 'date' WHEN 1114 THEN 'timestamp without time zone' "
+    "WHEN 1184 THEN 'timestamp with time zone' WHEN 1083 THEN 'time without time zone' "
+    "WHEN 1700 THEN 'numeric' WHEN 17 THEN 'bytea' ELSE format_type(t, m) END",
+    "to_regtype(x) AS (SELECT t.oid FROM pg_catalog.pg_type t WHERE t.typname = "
+    "regexp_replace(lower(x::VARCHAR), '^pg_catalog\\.', '') LIMIT 1)",
+    "to_regclass(x) AS (SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relname = "
+    "x::VARCHAR LIMIT 1)",
+    "array_upper(a, d) AS len(a)",
+    "array_lower(a, d) AS 1",
     "pg_is_in_recovery() AS false",
     "txid_current() AS 0",
     "array_length(a, d) AS len(a)",
     "pg_get_keywords() AS TABLE SELECT NULL::VARCHAR AS word, NULL::VARCHAR AS catcode, "
     "NULL::VARCHAR AS catdesc WHERE false",
 ]
+
+
+#: PostgreSQL type names in casts → DuckDB's (``::pg_catalog.text``, ``::oid``...).
+_CASTS = {"regproc": "BIGINT", "regprocedure": "BIGINT", "regnamespace": "BIGINT",
+          "regrole": "BIGINT", "oid": "BIGINT", "xid": "BIGINT", "regconfig": "BIGINT",
+          "name": "VARCHAR", "char": "VARCHAR", '"char"': "VARCHAR", "bpchar": "VARCHAR",
+          "text": "VARCHAR", "varchar": "VARCHAR", "text[]": "VARCHAR[]",
+          "name[]": "VARCHAR[]", "int2vector": "VARCHAR", "oidvector": "VARCHAR",
+          "int2": "SMALLINT", "int4": "INTEGER", "int8": "BIGINT", "bool": "BOOLEAN",
+          "float4": "FLOAT", "float8": "DOUBLE", "int": "INTEGER", "integer": "INTEGER",
+          "bigint": "BIGINT", "smallint": "SMALLINT", "boolean": "BOOLEAN",
+          "pg_node_tree": "VARCHAR", "int2[]": "SMALLINT[]", "oid[]": "BIGINT[]", "regoper": "BIGINT", "aclitem[]": "VARCHAR[]"}
+
+#: PostgreSQL 15's columns of the catalog tables clients read, with the value the
+#: service reports where DuckDB's emulation lacks the column: DuckDB's view, widened
+#: by a table macro ``dpsql_<table>()``.
+_WIDEN = {
+    "pg_class": "oid BIGINT 0, relname VARCHAR '', relnamespace BIGINT 0, reltype BIGINT 0, "
+                "reloftype BIGINT 0, relowner BIGINT 10, relam BIGINT 0, "
+                "relfilenode BIGINT 0, reltablespace BIGINT 0, relpages INTEGER 0, "
+                "reltuples FLOAT -1, relallvisible INTEGER 0, reltoastrelid BIGINT 0, "
+                "relhasindex BOOLEAN false, relisshared BOOLEAN false, "
+                "relpersistence VARCHAR 'p', relkind VARCHAR 'r', relnatts SMALLINT 0, "
+                "relchecks SMALLINT 0, relhasrules BOOLEAN false, "
+                "relhastriggers BOOLEAN false, relhassubclass BOOLEAN false, "
+                "relrowsecurity BOOLEAN false, relforcerowsecurity BOOLEAN false, "
+                "relispopulated BOOLEAN true, relreplident VARCHAR 'd', "
+                "relispartition BOOLEAN false, relrewrite BIGINT 0, "
+                "relfrozenxid BIGINT 0, relminmxid BIGINT 0, relacl VARCHAR[] NULL, "
+                "reloptions VARCHAR[] NULL, relpartbound VARCHAR NULL",
+    "pg_attribute": "attrelid BIGINT 0, attname VARCHAR '', atttypid BIGINT 0, "
+                    "attstattarget INTEGER -1, attlen SMALLINT -1, attnum SMALLINT 0, "
+                    "attndims INTEGER 0, attcacheoff INTEGER -1, atttypmod INTEGER -1, "
+                    "attbyval BOOLEAN false, attalign VARCHAR 'd', attstorage VARCHAR 'p', "
+                    "attcompression VARCHAR '', attnotnull BOOLEAN false, "
+                    "atthasdef BOOLEAN false, atthasmissing BOOLEAN false, "
+                    "attidentity VARCHAR '', attgenerated VARCHAR '', "
+                    "attisdropped BOOLEAN false, attislocal BOOLEAN true, "
+                    "attinhcount INTEGER 0, attcollation BIGINT 0, attacl VARCHAR[] NULL, "
+                    "attoptions VARCHAR[] NULL, attfdwoptions VARCHAR[] NULL, "
+                    "attmissingval VARCHAR NULL",
+    "pg_type": "oid BIGINT 0, typname VARCHAR '', typnamespace BIGINT 0, "
+               "typowner BIGINT 10, typlen SMALLINT -1, typbyval BOOLEAN false, "
+               "typtype VARCHAR 'b', typcategory VARCHAR 'U', typispreferred BOOLEAN false, "
+               "typisdefined BOOLEAN true, typdelim VARCHAR ',', typrelid BIGINT 0, "
+               "typsubscript BIGINT 0, typelem BIGINT 0, typarray BIGINT 0, "
+               "typinput VARCHAR '', typoutput VARCHAR '', typreceive VARCHAR '', "
+               "typsend VARCHAR '', typmodin VARCHAR '', typmodout VARCHAR '', "
+               "typanalyze VARCHAR '', typalign VARCHAR 'i', typstorage VARCHAR 'p', "
+               "typnotnull BOOLEAN false, typbasetype BIGINT 0, typtypmod INTEGER -1, "
+               "typndims INTEGER 0, typcollation BIGINT 0, typdefaultbin VARCHAR NULL, "
+               "typdefault VARCHAR NULL, typacl VARCHAR[] NULL",
+    "pg_namespace": "oid BIGINT 0, nspname VARCHAR '', nspowner BIGINT 10, "
+                    "nspacl VARCHAR[] NULL",
+    "pg_index": "indexrelid BIGINT 0, indrelid BIGINT 0, indnatts SMALLINT 0, "
+                "indnkeyatts SMALLINT 0, indisunique BOOLEAN false, "
+                "indnullsnotdistinct BOOLEAN false, indisprimary BOOLEAN false, "
+                "indisexclusion BOOLEAN false, indimmediate BOOLEAN true, "
+                "indisclustered BOOLEAN false, indisvalid BOOLEAN true, "
+                "indcheckxmin BOOLEAN false, indisready BOOLEAN true, "
+                "indislive BOOLEAN true, indisreplident BOOLEAN false, "
+                "indkey VARCHAR '', indcollation VARCHAR '', indclass VARCHAR '', "
+                "indoption VARCHAR '', indexprs VARCHAR NULL, indpred VARCHAR NULL",
+    "pg_constraint": "oid BIGINT 0, conname VARCHAR '', connamespace BIGINT 0, "
+                     "contype VARCHAR '', condeferrable BOOLEAN false, "
+                     "condeferred BOOLEAN false, convalidated BOOLEAN true, "
+                     "conrelid BIGINT 0, contypid BIGINT 0, conindid BIGINT 0, "
+                     "conparentid BIGINT 0, confrelid BIGINT 0, confupdtype VARCHAR ' ', "
+                     "confdeltype VARCHAR ' ', confmatchtype VARCHAR ' ', "
+                     "conislocal BOOLEAN true, coninhcount INTEGER 0, "
+                     "connoinherit BOOLEAN false, conkey SMALLINT[] NULL, "
+                     "confkey SMALLINT[] NULL, conbin VARCHAR NULL",
+    "pg_description": "objoid BIGINT 0, classoid BIGINT 0, objsubid INTEGER 0, "
+                      "description VARCHAR NULL",
+    "pg_proc": "oid BIGINT 0, proname VARCHAR '', pronamespace BIGINT 0, "
+               "proowner BIGINT 10, prolang BIGINT 0, prokind VARCHAR 'f', "
+               "prorettype BIGINT 0, proargtypes VARCHAR '', proretset BOOLEAN false",
+    "pg_collation": "oid BIGINT 0, collname VARCHAR '', collnamespace BIGINT 0, "
+                    "collowner BIGINT 10, collprovider VARCHAR 'c', "
+                    "collisdeterministic BOOLEAN true, collencoding INTEGER -1, "
+                    "collcollate VARCHAR 'C', collctype VARCHAR 'C'",
+    "pg_attrdef": "oid BIGINT 0, adrelid BIGINT 0, adnum SMALLINT 0, adbin VARCHAR NULL",
+}
+
+
+#: Columns DuckDB has but fills with values PostgreSQL clients cannot read.
+_FORCE = {"attstorage", "relreplident", "relam", "attstattarget"}
 
 
 def is_probe(sql: str, catalog: Catalog | None = None) -> bool:
@@ -186,6 +292,28 @@ class ProbeDB:
                               for c in (x.strip() for x in cols.split(", ")))
             self._db.execute(f"CREATE MACRO public.dpsql_{name}() AS TABLE SELECT {nulls} "
                              "WHERE false")
+        # one database: the data set (DuckDB's own pg_database lacks columns psql reads)
+        dataset = exp.Literal.string(catalog.dataset).sql()
+        self._db.execute(
+            f"CREATE MACRO public.dpsql_pg_database() AS TABLE SELECT 16384::BIGINT AS oid, "
+            f"{dataset} AS datname, 10::BIGINT AS datdba, 6 AS encoding, 'c' AS "
+            "datlocprovider, false AS datistemplate, true AS datallowconn, -1 AS "
+            "datconnlimit, 'C' AS datcollate, 'C' AS datctype, NULL::VARCHAR AS "
+            "daticulocale, NULL::VARCHAR[] AS datacl, 1663::BIGINT AS dattablespace")
+        for table, spec in _WIDEN.items():
+            have = {r[0]: str(r[1]) for r in self._db.execute(
+                f"SELECT * FROM pg_catalog.{table} LIMIT 0").description}
+            extra, replace = [], []
+            for col in spec.split(", "):
+                name, kind, default = col.split(" ", 2)
+                if name not in have:
+                    extra.append(f"{default}::{kind} AS {name}")
+                elif kind.endswith("[]") != have[name].endswith("]") or name in _FORCE:
+                    replace.append(f"{default}::{kind} AS {name}")  # arrays as arrays
+            star = "*" + (f" REPLACE ({', '.join(replace)})" if replace else "")
+            self._db.execute(f"CREATE MACRO public.dpsql_{table}() AS TABLE SELECT {star}"
+                             + "".join(", " + e for e in extra)
+                             + f" FROM pg_catalog.{table}")
         for macro in _MACROS:
             self._db.execute(f"CREATE MACRO public.{macro}")
         self._db.execute("SET search_path = 'public'")
@@ -227,6 +355,8 @@ class ProbeDB:
         con.close()
         out = box[0]
         if isinstance(out, BaseException):
+            # the owner's log: which probe fails, for the next catalog shim
+            _log.info("probe failed: %s: %s", escape(text[:2000]), escape(out))
             if time.monotonic() > deadline:
                 raise UnsupportedQueryError(
                     f"catalog query stopped after {self.timeout:g} s")
@@ -250,7 +380,7 @@ def _cast_target(to: exp.DataType) -> str:
         return kind.expression.name.lower()
     if to.this == exp.DataType.Type.USERDEFINED and kind is not None:
         return kind.name.lower() if hasattr(kind, "name") else str(kind).lower()
-    return to.sql("postgres").lower()
+    return to.sql("postgres").lower().replace("pg_catalog.", "").replace('"', "")
 
 
 def rewrite_probe(sql: str, login: str, dataset: str) -> str:
@@ -282,8 +412,8 @@ def rewrite_probe(sql: str, login: str, dataset: str) -> str:
         if isinstance(node, exp.CurrentSchema):
             return exp.Literal.string("public")
         if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) and \
-                node.this.name.lower() == "pg_catalog" and isinstance(node.expression,
-                                                                      exp.Func):
+                node.this.name.lower() == "pg_catalog" and isinstance(
+                    node.expression, exp.Func | exp.Literal):
             return node.expression
         if isinstance(node, exp.Collate):
             return node.this
@@ -291,9 +421,9 @@ def rewrite_probe(sql: str, login: str, dataset: str) -> str:
             op = str(node.args.get("operator", "")).split(".")[-1].strip()
             left, right = node.this, node.expression
             ops = {"~": lambda: exp.RegexpLike(this=left, expression=right),
-                   "!~": lambda: exp.not_(exp.RegexpLike(this=left, expression=right)),
+                   "!~": lambda: exp.Not(this=exp.RegexpLike(this=left, expression=right)),
                    "~*": lambda: exp.RegexpILike(this=left, expression=right),
-                   "!~*": lambda: exp.not_(exp.RegexpILike(this=left, expression=right)),
+                   "!~*": lambda: exp.Not(this=exp.RegexpILike(this=left, expression=right)),
                    "=": lambda: exp.EQ(this=left, expression=right),
                    "<>": lambda: exp.NEQ(this=left, expression=right)}
             if op in ops:
@@ -311,15 +441,35 @@ def rewrite_probe(sql: str, login: str, dataset: str) -> str:
                 return inner
             if target in ("regtype",):
                 return exp.func("format_type", node.this, exp.null())
-            if target in ("regproc", "regprocedure", "regnamespace", "regrole", "oid",
-                          "xid", "regconfig"):
-                return exp.cast(node.this, "BIGINT")
-            if target in ("name", "char", '"char"', "bpchar", "text[]", "name[]"):
-                return exp.cast(node.this, "VARCHAR" if "[" not in target else "VARCHAR[]")
-            if target in ("int2vector", "oidvector"):
-                return exp.cast(node.this, "VARCHAR")
+            if target in _CASTS:  # not exp.cast, which copies (and so hides) the operand
+                return exp.Cast(this=node.this, to=exp.DataType.build(_CASTS[target]))
+        if isinstance(node, exp.Column) and node.args.get("db") is not None:
+            # pg_catalog.pg_class.relname: DuckDB binds a column by its table's name only
+            node.set("db", None)
+            node.set("catalog", None)
+            return node
+        if isinstance(node, exp.Table) and isinstance(node.this, exp.Func) and \
+                node.db.lower() == "pg_catalog":
+            node.set("db", None)  # pg_catalog.unnest(...) in FROM
+            return node
+        if isinstance(node, exp.Anonymous | exp.JSONObject) and (
+                _name(node) in ("json_build_object", "jsonb_build_object") or
+                isinstance(node, exp.JSONObject)):
+            args = node.expressions
+            if isinstance(node, exp.JSONObject):  # sqlglot's reading of it
+                args = [x for kv in node.expressions for x in (
+                    (kv.this, kv.expression) if isinstance(kv, exp.JSONKeyValue) else (kv,))]
+            return exp.Anonymous(this="json_object", expressions=args)
+        if isinstance(node, exp.Anonymous) and _name(node) == "format_type":
+            return exp.Anonymous(this="dpsql_format_type", expressions=node.expressions)
+        if isinstance(node, exp.Anonymous) and _name(node) == "pg_get_expr" and \
+                len(node.expressions) > 2:
+            node.set("expressions", node.expressions[:2])  # the pretty flag: no effect
+            return node
         if isinstance(node, exp.Table):
-            if node.db.lower() in ("pg_catalog", "") and node.name.lower() in _STANDINS:
+            if node.db.lower() in ("pg_catalog", "") and (
+                    node.name.lower() in _STANDINS or node.name.lower() in _WIDEN or
+                    node.name.lower() == "pg_database"):
                 return exp.Table(this=exp.Anonymous(this=f"dpsql_{node.name.lower()}"),
                                  alias=exp.TableAlias(this=exp.to_identifier(
                                      node.alias or node.name)))
@@ -333,8 +483,17 @@ def rewrite_probe(sql: str, login: str, dataset: str) -> str:
     for select in tree.find_all(exp.Select):
         if select.parent is None or isinstance(select.parent, exp.SetOperation):
             select.set("expressions", [_pg_named(e) for e in select.expressions])
-    tree = tree.transform(fix)
-    return tree.sql(dialect="duckdb")
+    # children first (sqlglot's own transform does not visit the operands of a node
+    # it replaced: a cast inside a cast, a collation inside an operator)
+    def post(node: exp.Expression) -> exp.Expression:
+        for child in list(node.iter_expressions()):
+            post(child)
+        new = fix(node)
+        if new is not node and node.parent is not None:
+            node.replace(new)
+        return new
+
+    return post(tree).sql(dialect="duckdb")
 
 
 def _pg_named(e: exp.Expression) -> exp.Expression:

@@ -20,8 +20,8 @@ formatting.
 from __future__ import annotations
 
 import ctypes
-import datetime
 import decimal
+import os
 import re
 import threading
 from dataclasses import dataclass, field
@@ -267,8 +267,8 @@ class Session:
                 raise QueryError("22023", f"invalid value for {low}: {value!r}") from None
             self.settings[low] = value
             return []
-        if low == "client_encoding" and value.upper().replace("-", "") not in ("UTF8",
-                                                                              "UNICODE"):
+        if low == "client_encoding" and _unquote(value.strip()).upper().replace(
+                "-", "") not in ("UTF8", "UNICODE"):
             raise QueryError("22023", "only client_encoding UTF8 is supported")
         if low == "client_encoding":
             value = "UTF8"
@@ -296,6 +296,7 @@ class Session:
                 raise QueryError("25P02", "current transaction is aborted, commands "
                                  "ignored until end of transaction block")
             if is_probe(text, self.catalog):
+                _trace(text)
                 cols, rows = self.probe_db.run(text, self.login, params)
                 return Outcome(f"SELECT {len(rows)}", [(n, pg.oid_of(t)) for n, t in cols],
                                rows)
@@ -344,6 +345,7 @@ class Session:
             if is_probe(text, self.catalog):
                 n = count_params(text)
                 values = params if params is not None else [None] * n
+                _trace(text)
                 cols, _ = self.probe_db.run(text, self.login, values)
                 return [(name, pg.oid_of(t)) for name, t in cols]
             return self._describe_dp(text, params)
@@ -512,6 +514,17 @@ class Session:
         return Outcome("SHOW", [(key, pg.TEXT)], [(self.settings[key],)])
 
 
+def _trace(sql: str) -> None:
+    """Appends a probe's SQL to the file named by ``DPSQL_SERVE_TRACE`` (how the test
+    fixtures of each client's probes were recorded); nothing when it is unset."""
+    path = os.environ.get("DPSQL_SERVE_TRACE")
+    if path:
+        with _TRACE_LOCK, open(path, "a", encoding="utf-8") as f:
+            f.write(sql.strip() + "\n;;\n")
+
+
+_TRACE_LOCK = threading.Lock()
+
 _COMMANDS = {"begin", "start", "commit", "end", "rollback", "abort", "savepoint", "release",
              "set", "show", "reset", "discard", "deallocate", "close", "listen", "unlisten",
              "notify", "lock", "vacuum", "analyze"}
@@ -664,4 +677,4 @@ def coerce(value: Any, oid: int) -> Any:
 
 
 __all__ = ["Outcome", "Portal", "Prepared", "QueryError", "Session", "as_query_error",
-           "coerce", "parse_options", "to_qmark", "datetime"]
+           "coerce", "parse_options", "to_qmark"]
