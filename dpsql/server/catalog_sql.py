@@ -232,7 +232,7 @@ _WIDEN = {
 
 
 #: Columns DuckDB has but fills with values PostgreSQL clients cannot read.
-_FORCE = {"attstorage", "relreplident", "relam", "attstattarget"}
+_FORCE = {"attstorage", "relreplident", "relam", "attstattarget", "typrelid"}
 
 
 def is_probe(sql: str, catalog: Catalog | None = None) -> bool:
@@ -441,6 +441,8 @@ def rewrite_probe(sql: str, login: str, dataset: str) -> str:
                 return inner
             if target in ("regtype",):
                 return exp.func("format_type", node.this, exp.null())
+            if target.startswith("reg") and isinstance(node.this, exp.Literal):
+                return exp.Null()  # 'pg_catalog.array_in'::regproc: no functions here
             if target in _CASTS:  # not exp.cast, which copies (and so hides) the operand
                 return exp.Cast(this=node.this, to=exp.DataType.build(_CASTS[target]))
         if isinstance(node, exp.Column) and node.args.get("db") is not None:

@@ -219,7 +219,15 @@ class Session:
             try:
                 with self._run_lock:
                     self._running = threading.get_ident()
-                cur.execute(sql, params)
+                try:
+                    cur.execute(sql, params)
+                except dperr.PrivacyParameterError as exc:
+                    if str(exc).startswith("no epsilon"):  # in the service's own words
+                        raise QueryError(
+                            "22023", "no epsilon for this query: SET dpsql.epsilon = ..., "
+                            "or write SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = "
+                            "...) ...") from None
+                    raise
                 done = True
             finally:
                 with self._run_lock:
