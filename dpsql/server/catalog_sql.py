@@ -157,7 +157,8 @@ _CASTS = {"regproc": "BIGINT", "regprocedure": "BIGINT", "regnamespace": "BIGINT
           "int2": "SMALLINT", "int4": "INTEGER", "int8": "BIGINT", "bool": "BOOLEAN",
           "float4": "FLOAT", "float8": "DOUBLE", "int": "INTEGER", "integer": "INTEGER",
           "bigint": "BIGINT", "smallint": "SMALLINT", "boolean": "BOOLEAN",
-          "pg_node_tree": "VARCHAR", "int2[]": "SMALLINT[]", "oid[]": "BIGINT[]", "regoper": "BIGINT", "aclitem[]": "VARCHAR[]"}
+          "pg_node_tree": "VARCHAR", "int2[]": "SMALLINT[]", "oid[]": "BIGINT[]",
+          "regoper": "BIGINT", "aclitem[]": "VARCHAR[]"}
 
 #: PostgreSQL 15's columns of the catalog tables clients read, with the value the
 #: service reports where DuckDB's emulation lacks the column: DuckDB's view, widened
@@ -468,13 +469,12 @@ def rewrite_probe(sql: str, login: str, dataset: str) -> str:
                 len(node.expressions) > 2:
             node.set("expressions", node.expressions[:2])  # the pretty flag: no effect
             return node
-        if isinstance(node, exp.Table):
-            if node.db.lower() in ("pg_catalog", "") and (
-                    node.name.lower() in _STANDINS or node.name.lower() in _WIDEN or
-                    node.name.lower() == "pg_database"):
-                return exp.Table(this=exp.Anonymous(this=f"dpsql_{node.name.lower()}"),
-                                 alias=exp.TableAlias(this=exp.to_identifier(
-                                     node.alias or node.name)))
+        if isinstance(node, exp.Table) and node.db.lower() in ("pg_catalog", "") and (
+                node.name.lower() in _STANDINS or node.name.lower() in _WIDEN or
+                node.name.lower() == "pg_database"):
+            return exp.Table(this=exp.Anonymous(this=f"dpsql_{node.name.lower()}"),
+                             alias=exp.TableAlias(this=exp.to_identifier(
+                                 node.alias or node.name)))
         if isinstance(node, exp.Func):
             name = (node.name if isinstance(node, exp.Anonymous) else
                     node.sql_name()).lower()

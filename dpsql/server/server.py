@@ -189,14 +189,10 @@ class Server:
             if conn.session is not None:
                 session = conn.session
                 session.cancel()
-                try:
+                with contextlib.suppress(Exception):  # closing is best effort
                     await self._run(session.close)
-                except Exception:  # noqa: BLE001 - closing is best effort
-                    pass
-            try:
+            with contextlib.suppress(Exception):
                 writer.close()
-            except Exception:  # noqa: BLE001
-                pass
 
     async def _fatal(self, writer, code: str, message: str) -> None:
         try:

@@ -132,3 +132,59 @@ def test_client_disconnects_mid_query(service):
         con.execute("SET dpsql.epsilon = 0.01")
         con.execute("SELECT COUNT(*) FROM pums").fetchall()
     assert service.proc.poll() is None
+
+
+BIG_CATALOG = """dataset: big
+budget: {epsilon: 100, delta: 1.0e-5}
+tables:
+  big:
+    user_key: uid
+    max_groups: 2
+    max_rows: 3
+    columns:
+      uid: {type: int}
+      x:   {type: float, lower: 0, upper: 1}
+      g:   {type: int, values: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]}
+"""
+
+
+def test_cancel_request_keeps_the_charge(tmp_path):
+    """A CancelRequest stops a running query at once; its charge stays, logged
+    ``cancelled``, as with Ctrl-C in process; the session goes on."""
+    import time
+
+    import duckdb
+
+    con = duckdb.connect(str(tmp_path / "big.duckdb"))
+    con.execute("SET enable_progress_bar = false")
+    con.execute("CREATE TABLE big AS SELECT (i * 7919) % 3000000 AS uid, random() AS x, "
+                "i % 10 AS g FROM range(6000000) t(i)")
+    con.close()
+    (tmp_path / "big.yaml").write_text(BIG_CATALOG)
+    (tmp_path / "serve.yaml").write_text(
+        f"database: {tmp_path / 'big.duckdb'}\ncatalog: {tmp_path / 'big.yaml'}\n"
+        f"ledger: {tmp_path / 'ledger.sqlite'}\nlisten: {{host: 127.0.0.1, port: 0}}\n")
+    store = VerifierStore(tmp_path / "ledger.sqlite.logins.sqlite")
+    store.add("u0", "pw0")
+    store.close()
+    proc, host, port = start(tmp_path / "serve.yaml", "--self-signed")
+    try:
+        with psycopg.connect(_dsn(host, port, 0).replace("dbname=pums", "dbname=big"),
+                             autocommit=True) as con:
+            con.execute("SET dpsql.epsilon = 0.1")
+            started = time.monotonic()
+            timer = threading.Timer(0.3, con.cancel)
+            timer.start()
+            with pytest.raises(psycopg.errors.QueryCanceled) as info:
+                con.execute("SELECT g, SUM(x) AS s FROM big GROUP BY g").fetchall()
+            timer.cancel()
+            assert info.value.sqlstate == "57014"
+            assert time.monotonic() - started < 10
+            assert con.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        stop(proc)
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    log = ledger.log("big", limit=10)
+    assert [e["outcome"] for e in log if e["sql"].startswith("SELECT g")] == ["cancelled"]
+    assert ledger.spent("big", "u0").basic[0] == pytest.approx(0.1)
+    ledger.close()
