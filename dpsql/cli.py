@@ -803,5 +803,13 @@ def catalog_import_smartnoise(path, dataset, output) -> None:
     _emit(output, text)
 
 
+# the service (dpsql/server): `dpsql serve` and `dpsql user`
+from dpsql.server.cli import serve as _serve  # noqa: E402
+from dpsql.server.cli import user as _user  # noqa: E402
+
+main.add_command(_serve)
+main.add_command(_user)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

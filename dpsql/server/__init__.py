@@ -1,0 +1,34 @@
+"""``dpsql serve``: the PostgreSQL wire protocol in front of dpsql.
+
+Analysts reach dpsql with their own tools (psql, JDBC, psycopg, SQLAlchemy, pandas)
+over the PostgreSQL v3 protocol; the service holds the database, the catalog and the
+ledger, and each login is an analyst with its own budget in the one ledger.
+
+Modules:
+
+* :mod:`~dpsql.server.protocol`: framing, messages, type OIDs and value codecs;
+* :mod:`~dpsql.server.auth`: SCRAM-SHA-256 verifiers (never passwords), the login
+  store, failed-login throttling, a self-signed certificate for a local trial;
+* :mod:`~dpsql.server.config`: the owner's YAML config and its check;
+* :mod:`~dpsql.server.catalog_sql`: answers to ``pg_catalog`` / ``information_schema``
+  probes from an in-memory DuckDB that holds only the catalog's empty tables;
+* :mod:`~dpsql.server.session`: one connection's state (settings, statements, portals);
+* :mod:`~dpsql.server.server`: the asyncio accept loop, limits and cancellation;
+* :mod:`~dpsql.server.cli`: ``dpsql serve`` and ``dpsql user``.
+"""
+
+from dpsql.errors import DpsqlError
+
+
+class ServerError(DpsqlError):
+    """A problem of the service itself: its config, its login store, its listener."""
+
+    stage = "serve"
+
+
+class ProtocolError(ServerError):
+    """A client broke the wire protocol (malformed or oversize frame): its connection
+    is closed; nothing else is affected."""
+
+
+__all__ = ["ProtocolError", "ServerError"]
