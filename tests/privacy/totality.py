@@ -69,8 +69,9 @@ BACKENDS = ("duckdb", "sqlite", "postgres", "spark")
 CORPUS = Path(__file__).with_name("totality_corpus.json")
 PG_URL_VAR = "DPSQL_TEST_POSTGRES_URL"
 PG_ADMIN_VAR = "DPSQL_TEST_POSTGRES_ADMIN_URL"
-#: Seconds one query may run before it counts as a hang (its own finding class).
-QUERY_SECONDS = 20.0
+#: Seconds one query may run before it is stopped and counted as slow: reported, not a
+#: finding (on 2 shared cores a large public domain can legitimately take this long).
+QUERY_SECONDS = 60.0
 #: The users whose rows hold the extremes; their keys are the ``pid = ...`` targets.
 EXTREME_PIDS = tuple(range(1001, 1017))
 ORDINARY_PIDS = tuple(range(1, 41))
@@ -816,7 +817,7 @@ class Hang(BaseException):
 
 @dataclasses.dataclass
 class Outcome:
-    kind: str  # "answered", "refused", "finding"
+    kind: str  # "answered", "refused", "slow" or "finding"
     error: str = ""  # for a finding: the error class and the engine's message
     signature: str = ""  # the finding class (normalised error)
     seconds: float = 0.0
@@ -876,7 +877,7 @@ def run_one(conn, sql: str, params: dict, watch: Watch, timeout: float = QUERY_S
                            "merge: distinct group keys read back as one", seconds)
         return Outcome("answered", seconds=seconds)
     if isinstance(exc, Hang):
-        return Outcome("finding", str(exc), "hang", seconds)
+        return Outcome("slow", str(exc), "slow", seconds)
     # charged: what the error says, or what the ledger shows (an error that says
     # "nothing charged" after the charge is a finding too)
     charged = conn.budget.spent != before
@@ -1007,6 +1008,7 @@ class Stats:
     answered: int = 0
     refused: int = 0
     findings: int = 0
+    slow: list = dataclasses.field(default_factory=list)  # queries stopped after QUERY_SECONDS
     seconds: float = 0.0
     refusals: dict = dataclasses.field(default_factory=dict)
 
@@ -1014,7 +1016,8 @@ class Stats:
         qps = self.queries / self.seconds if self.seconds else 0.0
         return (f"{self.backend}: {self.queries} queries in {self.seconds:.0f} s "
                 f"({qps:.1f}/s): {self.answered} answered, {self.refused} refused before "
-                f"the charge, {self.findings} after-charge failures")
+                f"the charge, {self.findings} after-charge failures"
+                + (f", {len(self.slow)} slow" if self.slow else ""))
 
 
 def fuzz(backend: str, seed: int, *, queries: int | None = None, seconds: float | None = None,
@@ -1049,6 +1052,8 @@ def fuzz(backend: str, seed: int, *, queries: int | None = None, seconds: float 
                 stats.queries += 1
                 if out.kind == "answered":
                     stats.answered += 1
+                elif out.kind == "slow":
+                    stats.slow.append(sql)
                 elif out.kind == "refused":
                     stats.refused += 1
                     reason = re.sub(r"'[^']*'|\d+", "…", out.error)[:110]
@@ -1191,6 +1196,8 @@ def main(argv=None) -> int:
     print(stats.line())
     for reason, n in sorted(stats.refusals.items(), key=lambda kv: -kv[1])[:12]:
         print(f"  refused {n:5d}  {reason}")
+    for sql in stats.slow[:5]:
+        print(f"  slow (> {QUERY_SECONDS:g} s, not a finding): {sql}")
     print(f"{len(findings)} distinct finding classes")
     for f in findings:
         print(f"  [{f.number}] {f.signature} {known_classes(f)}\n      {f.reduced}")
