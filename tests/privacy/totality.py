@@ -528,6 +528,27 @@ TEMPLATES = {
         "TRY_CAST({s} AS TIMESTAMP)",
     ),
 }
+#: The shapes of issue 19's known gaps (seeded, drawn more often than the rest): string
+#: digits, huge lengths, infinite differences, float width and int casts, decimal
+#: arithmetic, truncation near the limits, text casts, a float "integer" division.
+HOT = {
+    "int": ("ROUND(i64, {digits})", "ROUND(h, {digits})", "ROUND({i}, {digits})",
+            "CAST(f32 AS INTEGER)", "CAST(f64 AS BIGINT)", "MONTH(CAST(s AS DATE))",
+            "(d - {d})", "EXTRACT({part} FROM date_trunc({unit}, ts))"),
+    "float": ("CAST(f64 AS REAL)", "CAST({n} AS REAL)", "(CAST(i8 AS DOUBLE) // 2)",
+              "SQRT(dec)", "CAST(s AS DOUBLE)"),
+    "dec": ("(dec * dec)", "(dec * {x})", "(dec + CAST({n} AS DECIMAL(38,10)))",
+            "CAST(f64 AS DECIMAL(18,3))", "SIGN(dec)"),
+    "str": ("LEFT(s, {i})", "RIGHT(s, n)", "LEFT(s, 4294967296)", "SUBSTRING(s, {i}, {i})"),
+    "bool": ("ts - {t} > INTERVAL 1 DAY", "{t} - ts < INTERVAL 1 DAY",
+             "ROUND(i64, {digits}) > {i}", "LEFT(s, {i}) = {s}", "CAST(f64 AS REAL) > {f}",
+             "date_trunc({unit}, ts) > {t}", "(dec * dec) > {x}", "TRY_CAST(s AS INTEGER) > 1",
+             "CAST(s AS DATE) > {d}", "GREATEST(d, ts) > {t}", "COALESCE(d, ts) > {t}",
+             "SIGN(dec) = 1", "(d - {d}) > {i}"),
+    "date": ("CAST(s AS DATE)", "CAST(ts AS DATE)", "(d + {i})"),
+    "ts": ("date_trunc({unit}, ts)", "CAST(d AS TIMESTAMP)", "GREATEST(d, ts)",
+           "COALESCE(d, ts)", "(ts + INTERVAL 1 DAY)"),
+}
 _SLOTS = {"i": "int", "f": "float", "x": "dec", "s": "str", "p": "bool", "d": "date",
           "t": "ts"}
 #: Columns by type (per table) the generator reads.
@@ -547,7 +568,9 @@ PUBLIC_KEYS = ("g", "code", "b", "MONTH({d})", "EXTRACT(MONTH FROM {d})",
                "date_trunc('month', d)", "i8", "i8 // 10", "CASE WHEN {p} THEN 'x' ELSE 'y' END",
                "MONTH(CAST({s} AS DATE))", "QUARTER({t})", "DAYOFWEEK({d})", "UPPER(code)",
                "CASE WHEN {p} THEN 1 ELSE 2 END", "g * 2", "YEAR(d)", "i8 % 3")
-DATA_KEYS = ("{s}", "{f}", "{x}", "dec", "f64", "f32", "s", "ts", "d", "{i}", "{d}", "{t}",
+DATA_KEYS = ("ROUND(i64, {digits})", "LEFT(s, {i})", "(dec * dec)", "CAST(f64 AS REAL)",
+             "date_trunc({unit}, ts)", "{s}", "{f}", "{x}", "dec", "f64", "f32", "s", "ts",
+             "d", "{i}", "{d}", "{t}",
              "ROUND(f64, {digits})", "LEFT({s}, {i})", "CAST(dec AS VARCHAR)", "h", "i64")
 
 
@@ -594,7 +617,21 @@ class QueryGen:
             return col if col is not None else self.pick(LITERALS[typ])
         if typ == "bool" and self.chance(0.15):
             return self.victim_condition(depth)
+        if self.chance(0.25) and self.people():
+            return self.fill(self.qualify(self.pick(HOT[typ])), depth - 1)
         return self.fill(self.pick(TEMPLATES[typ]), depth - 1)
+
+    def people(self) -> Source | None:
+        """The source holding people's columns (the extremes), if the FROM has one."""
+        return next((s for s in self.sources if {"s", "ts", "dec"} <= set(s.cols)), None)
+
+    def qualify(self, template: str) -> str:
+        """A HOT template's bare people columns qualified with that source's alias."""
+        src = self.people()
+        if src is None or src.alias is None:
+            return template
+        return re.sub(r"(?<![\w.'{])(i8|i64|h|f32|f64|dec|s|d|ts|n)(?![\w('}])",
+                      rf"{src.alias}.\1", template)
 
     def fill(self, template: str, depth: int) -> str:
         def one(m: re.Match) -> str:
@@ -616,7 +653,9 @@ class QueryGen:
 
     def victim_condition(self, depth: int) -> str:
         """``pid = <an extreme user> [AND p]``: the shape that turns a failure into an oracle."""
-        cond = f"{self.uid()} = {self.pick(EXTREME_PIDS)}"
+        # one extreme user (the oracle's shape), or all of them (more power to find)
+        cond = (f"{self.uid()} = {self.pick(EXTREME_PIDS)}" if self.chance(0.5)
+                else f"{self.uid()} > {min(EXTREME_PIDS) - 1}")
         if self.chance(0.5):
             cond += f" AND {self.expr('bool', depth - 1)}"
         return cond
