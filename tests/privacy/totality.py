@@ -375,6 +375,8 @@ def spark_session():
               .config("spark.ui.showConsoleProgress", "false")
               .getOrCreate())
     _SPARK.sparkContext.setLogLevel("OFF")
+    # pyspark logs every analysis error of a refused query as a JSON record on stderr
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     return _SPARK
 
 
