@@ -49,6 +49,9 @@ class Backend(ABC):
     #: the rewritten (DuckDB-flavoured) AST into one this engine runs error-free
     #: (:mod:`dpsql.backends.dialects`). Applied in order by :meth:`to_sql`.
     transforms: tuple = ()
+    #: Transforms applied before the guards are placed (with :attr:`allow`): those that
+    #: only translate DuckDB's spellings, so that the engine can type the tree.
+    pre_transforms: tuple = ()
     #: The last (rewritten AST, its SQL) that :meth:`to_sql` produced.
     _last_sql: tuple | None = None
     #: Tables the SQL may read (the catalog's; set by the connection), and names that
@@ -109,6 +112,12 @@ class Backend(ABC):
         check_sql(original.sql(dialect=self.dialect), original, self.dialect,
                   tables=self.catalog_tables, names=self.catalog_names)
         expression = original.copy()
+        if self.pre_transforms:
+            from dpsql.backends import dialects
+
+            ctx = dialects.context(expression, self.columns, self.dialect,
+                                   **self.dialect_options())
+            expression = dialects.apply(expression, self.pre_transforms, ctx)
         types = total.expression_types(expression, self.columns, self.bind_types,
                                        self.dialect)
         total.place_guards(expression, self.allow, types, _refusal)

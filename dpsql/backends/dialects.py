@@ -540,8 +540,12 @@ SQLITE = (sqlite_typed_tables, sqlite_try, sqlite_fold_decimals, sqlite_function
 
 # -- PostgreSQL ------------------------------------------------------------------------
 
-_INT_PATTERN = r"^\s*[-+]?[0-9]{1,255}\s*$"
-_NUM_PATTERN = r"^\s*[-+]?([0-9]{1,255}(\.[0-9]{0,255})?|\.[0-9]{1,255})([eE][-+]?[0-9]{1,3})?\s*$"
+#: The spaces PostgreSQL's numeric input skips (C's isspace): ``\s`` in a PostgreSQL
+#: regular expression also matches Unicode spaces (U+3000) that the cast refuses.
+_SPACE = r"[ \t\n\r\f\v]*"
+_INT_PATTERN = "^" + _SPACE + r"[-+]?[0-9]{1,255}" + _SPACE + "$"
+_NUM_PATTERN = ("^" + _SPACE + r"[-+]?([0-9]{1,255}(\.[0-9]{0,255})?|\.[0-9]{1,255})"
+                r"([eE][-+]?[0-9]{1,3})?" + _SPACE + "$")
 _TRUE = ("true", "t", "yes", "y", "on", "1")
 _FALSE = ("false", "f", "no", "n", "off", "0")
 _FLOAT_LIMIT = {"DOUBLE": "1.7e308", "REAL": "3.4e38", "FLOAT": "3.4e38"}
@@ -600,8 +604,15 @@ def _safe_dates(node: exp.Expression, ctx: Context, backend: str) -> exp.Express
     if isinstance(node, exp.Add | exp.Sub):
         sides = [node.this, node.expression]
         temporal = [x for x in sides if f(x) in (DATE, TIMESTAMP)]
-        if not temporal or all(f(x) in (DATE, TIMESTAMP) for x in sides):
-            return node  # no dates, or a difference of dates (never out of range)
+        if not temporal:
+            return node
+        if all(f(x) in (DATE, TIMESTAMP) for x in sides):
+            # a difference: PostgreSQL refuses infinite dates and timestamps ("cannot
+            # subtract infinite dates"), so each side is kept to years 1..9999 first
+            for key, x in (("this", node.this), ("expression", node.expression)):
+                if not _is_constant(x):
+                    node.set(key, _date_sentinel(x, f(x)))
+            return node
         other = sides[1] if temporal[0] is sides[0] else sides[0]
         years = _interval_years(other)
         if years is None or years > MAX_INTERVAL_YEARS:
@@ -612,9 +623,9 @@ def _safe_dates(node: exp.Expression, ctx: Context, backend: str) -> exp.Express
             return node
         node.set("this" if x is sides[0] else "expression", _date_sentinel(x, f(x)))
         return node
-    if isinstance(node, exp.TimestampTrunc | exp.DateTrunc) and f(node.this) == DATE \
-            and not _is_constant(node.this):
-        node.set("this", _date_sentinel(node.this, DATE))
+    if isinstance(node, exp.TimestampTrunc | exp.DateTrunc) \
+            and f(node.this) in (DATE, TIMESTAMP) and not _is_constant(node.this):
+        node.set("this", _date_sentinel(node.this, f(node.this)))
     return node
 
 
@@ -694,8 +705,9 @@ def spark_text_keys(expression: exp.Expression, ctx: Context) -> exp.Expression:
 def _pg_back(value: exp.Expression, family: str | None) -> exp.Expression:
     """A NUMERIC result back to the DuckDB result type; out of its range → NULL."""
     if family == INT:
-        return exp.Cast(this=_sentinel_clamp(value, "-9223372036854775809",
-                                             "9223372036854775808"),
+        # strictly between the bounds, a value rounds to a BIGINT (half away from 0)
+        return exp.Cast(this=_sentinel_clamp(value, "-9223372036854775808.5",
+                                             "9223372036854775807.5"),
                         to=exp.DataType.build("BIGINT"))
     if family == FLOAT:
         # ROUND(.., 300): a tiny NUMERIC would underflow (an error) when cast to float8
@@ -814,8 +826,12 @@ def _pg_try_cast(node: exp.Cast, ctx: Context) -> exp.Expression:
             safe = exp.Cast(this=_sentinel_clamp(value, low, high), to=to)
         elif tf == FLOAT:
             limit = _FLOAT_LIMIT.get(base, "1.7e308")
-            if src != FLOAT:
-                value = exp.Round(this=value, decimals=exp.Literal.number(300))
+            # few enough decimals that no value underflows the target (float4: 1e-38)
+            digits = 300 if limit == "1.7e308" else 37
+            if src != FLOAT or limit != "1.7e308":
+                value = exp.Cast(this=value, to=exp.DataType.build("DECIMAL")) \
+                    if src == FLOAT else value
+                value = exp.Round(this=value, decimals=exp.Literal.number(digits))
             safe = exp.Cast(this=_sentinel_clamp(value, f"-{limit}", limit), to=to)
         else:
             params = [p.name for p in to.expressions]
@@ -917,7 +933,29 @@ def postgres_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
     return _order_with_tiebreak(expression, make)
 
 
-POSTGRES = (postgres_try, postgres_date_units, postgres_extract, _python_dates, postgres_hash)
+def postgres_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """Every SUM and AVG adds NUMERICs: PostgreSQL's float8 sum raises on overflow (a
+    double total past 1.8e308), while a NUMERIC sum of fewer than 2**48 values of at
+    most 1.8e308 (any float8, any bounded form) stays far inside NUMERIC's 131072 digits,
+    and NaN and infinities are NUMERIC values (PostgreSQL 14+). Integer sums were exact
+    NUMERIC sums already."""
+    def numeric(e: exp.Expression) -> exp.Expression:
+        if isinstance(e, exp.Cast) and e.to.this == exp.DataType.Type.DECIMAL \
+                and not e.to.expressions:
+            return e
+        return exp.Cast(this=e, to=exp.DataType.build("DECIMAL"))
+
+    def fix(node):
+        arg = node.this
+        if isinstance(arg, exp.Distinct):
+            arg.set("expressions", [numeric(e) for e in arg.expressions])
+        else:
+            node.set("this", numeric(arg))
+        return node
+    return _replace_all(expression, (exp.Sum, exp.Avg), fix)
+
+
+POSTGRES = (postgres_try, postgres_date_units, postgres_extract, _python_dates, postgres_sums)
 
 
 # -- Spark SQL -------------------------------------------------------------------------

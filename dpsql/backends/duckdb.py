@@ -263,8 +263,10 @@ class DuckDBBackend(Backend):
         """The output types of one SELECT, bound over no data (the totality check's
         probes: :func:`dpsql.backends.total.expression_types`)."""
         with self._lock:
-            statement = self._one_select(sql, "check")
-            return [str(t) for t in self._con.sql(statement).types]
+            statements = self._con.extract_statements(sql)
+            if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+                raise ValueError("a probe is one SELECT")
+            return [str(t) for t in self._con.sql(statements[0]).types]
 
     def check(self, expression: exp.Expression) -> list[tuple[str, str]]:
         sql = self.to_sql(expression)  # may refuse a construct (not charged)

@@ -34,10 +34,12 @@ owner's log only (:mod:`dpsql.backends._boundary`).
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import sqlalchemy as sa
 from sqlglot import exp
 
-from dpsql.backends import _boundary, dialects
+from dpsql.backends import _boundary, dialects, total
 from dpsql.backends._sqlalchemy import SQLAlchemyBackend
 from dpsql.errors import BackendError
 from dpsql.limits import Limits
@@ -120,6 +122,7 @@ class PostgresBackend(SQLAlchemyBackend):
     supports_exact_integer_sums = True
     supports_unique_constraints = True
     transforms = dialects.POSTGRES
+    pre_transforms = (dialects.postgres_hash,)
 
     def __init__(self, url: str | sa.URL, limits: Limits | None = None):
         url = sa.make_url(url)
@@ -231,3 +234,322 @@ class PostgresBackend(SQLAlchemyBackend):
         with conn.connection.driver_connection.cursor(name="dpsql_query") as cursor:
             cursor.execute(sql)
             return cursor.description, cursor.fetchall()
+
+
+# -- totality: PostgreSQL's allow-list ----------------------------------------------------------
+
+#: Type OIDs → the names the allow-list speaks (NUMERIC is unbounded: no precision).
+_PG_TYPES = {16: "BOOLEAN", 20: "BIGINT", 21: "SMALLINT", 23: "INTEGER", 700: "FLOAT",
+             701: "DOUBLE", 1700: "NUMERIC", 25: "VARCHAR", 1043: "VARCHAR",
+             1042: "VARCHAR", 19: "VARCHAR", 1082: "DATE", 1114: "TIMESTAMP",
+             1184: "TIMESTAMPTZ", 1186: "INTERVAL"}
+_PG_INTEGERS = ("SMALLINT", "INTEGER", "BIGINT")
+_PG_FLOATS = ("FLOAT", "DOUBLE")
+
+
+def _literal_value(node: exp.Expression):
+    """The number a (possibly negated, bracketed) numeric literal writes, else None."""
+    sign = 1
+    while isinstance(node, exp.Paren | exp.Neg):
+        if isinstance(node, exp.Neg):
+            sign = -sign
+        node = node.this
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            return sign * Fraction(node.this)
+        except (ValueError, ZeroDivisionError):
+            return None
+    return None
+
+
+def _constant(node: exp.Expression) -> bool:
+    """Literals only: PostgreSQL folds immutable operations on constants while planning,
+    so their failures (1e400 to float8) do not depend on the data."""
+    return _literal_value(node) is not None or isinstance(node, exp.Null | exp.Boolean) or (
+        isinstance(node, exp.Literal) and node.is_string)
+
+
+def _sentinel_bounds(node: exp.Expression) -> tuple[Fraction, Fraction] | None:
+    """(low, high) of ``NULLIF(NULLIF(LEAST(GREATEST(v, low), high), high), low)``: the
+    value lies strictly between them (or is NULL)."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if not (isinstance(node, exp.Nullif) and isinstance(node.this, exp.Nullif)):
+        return None
+    inner = node.this.this
+    if not (isinstance(inner, exp.Least) and len(inner.expressions) == 1
+            and isinstance(inner.this, exp.Greatest) and len(inner.this.expressions) == 1):
+        return None
+    low, high = _literal_value(inner.this.expressions[0]), _literal_value(inner.expressions[0])
+    if low is None or high is None or _literal_value(node.expression) != low \
+            or _literal_value(node.this.expression) != high:
+        return None
+    return low, high
+
+
+def _bounded_numeric(node: exp.Expression, types: total.Types) -> bool:
+    """A NUMERIC whose magnitude is at most about 1e324 (or NaN, an infinity, NULL): so
+    that a product of two stays far inside NUMERIC's 131072 digits."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if _constant(node):
+        return True
+    if isinstance(node, exp.Cast) and types(node.this) in (*_PG_INTEGERS, *_PG_FLOATS):
+        return True  # an integer or a float8 as NUMERIC: at most 1.8e308
+    if isinstance(node, exp.Cast) and types(node.this) == "NUMERIC":
+        return _bounded_numeric(node.this, types)
+    if isinstance(node, exp.Sum | exp.Avg | exp.Min | exp.Max):
+        # fewer than 2**48 values of at most 1.8e308: at most 5e322
+        arg = node.this
+        args = arg.expressions if isinstance(arg, exp.Distinct) else [arg]
+        return all(_bounded_numeric(a, types) for a in args)
+    if isinstance(node, exp.Coalesce):
+        return all(_bounded_numeric(a, types) for a in (node.this, *node.expressions))
+    bounds = _sentinel_bounds(node)
+    if bounds is not None:
+        return max(abs(bounds[0]), abs(bounds[1])) <= Fraction(10) ** 309
+    if isinstance(node, exp.Round):
+        return _bounded_numeric(node.this, types)
+    return False
+
+
+def _pg_meet(node: exp.Expression, types: total.Types) -> bool:
+    """Operands that PostgreSQL compares or chooses between without a cast that can fail:
+    of one type; integers of any widths (cross-type operators); integers with NUMERIC or
+    floats (exact, or rounding); REAL with DOUBLE. Constants are converted while
+    planning. A NUMERIC meeting a float is not: NUMERIC to float8 overflows."""
+    values = [types(o) for o in total.operands(node) if not _constant(o)]
+    result = types(node) if not isinstance(node, total.COMPARISONS) else None
+    if result is not None:
+        values.append(result)
+    values = [t for t in values if t != total.NULL]
+    if any(t is None for t in values):
+        return False
+    kinds = set(values)
+    if len(kinds) <= 1:
+        return True
+    if kinds <= set(_PG_INTEGERS):
+        return True
+    if kinds <= {*_PG_INTEGERS, "NUMERIC"}:
+        return True
+    return kinds <= {*_PG_INTEGERS, *_PG_FLOATS}
+
+
+def _pg_arith(node: exp.Expression, types: total.Types) -> bool:
+    """NUMERIC + - * of bounded NUMERICs: at most 1e618 in magnitude, far inside
+    NUMERIC's range; NaN and infinities propagate (PostgreSQL 14+), never raise."""
+    return types(node) == "NUMERIC" and all(
+        _bounded_numeric(o, types) for o in (node.this, node.expression))
+
+
+def _nonzero(node: exp.Expression) -> bool:
+    """``NULLIF(x, 0)`` (through a cast to NUMERIC), or a non-zero literal."""
+    while isinstance(node, exp.Paren | exp.Cast):
+        node = node.this
+    value = _literal_value(node)
+    if value is not None:
+        return value != 0
+    return isinstance(node, exp.Nullif) and _literal_value(node.expression) == 0
+
+
+def _pg_division(node: exp.Expression, types: total.Types) -> bool:
+    """NUMERIC division (and remainder, DIV) by a divisor that is never 0: a bounded
+    dividend over any non-zero NUMERIC stays within NUMERIC's range."""
+    if isinstance(node, exp.Anonymous):
+        if len(node.expressions) != 2:
+            return False
+        a, b = node.expressions
+    else:
+        a, b = node.this, node.expression
+    return types(node) == "NUMERIC" and _bounded_numeric(a, types) and _nonzero(b) and \
+        types(b) in ("NUMERIC", *_PG_INTEGERS, total.NULL)
+
+
+def _pg_cast(node: exp.Expression, types: total.Types) -> bool:
+    source, target = types(node.this), types(node)
+    if source is None or target is None:
+        return False
+    if source in (target, total.NULL) or _constant(node.this):
+        return True  # no conversion, or a constant's (folded while planning)
+    if target == "VARCHAR":
+        return source in (*_PG_INTEGERS, *_PG_FLOATS, "NUMERIC", "BOOLEAN", "VARCHAR",
+                          "DATE", "TIMESTAMP")
+    if target in _PG_INTEGERS and source in _PG_INTEGERS:
+        return _PG_INTEGERS.index(source) <= _PG_INTEGERS.index(target)
+    if target == "NUMERIC":
+        if source in (*_PG_INTEGERS, *_PG_FLOATS):
+            return True  # exact; NaN and infinities are NUMERIC values (14+)
+        if source == "VARCHAR":
+            return _pattern_guarded(node)
+        return False
+    if target == "DOUBLE" and source in (*_PG_INTEGERS, "FLOAT"):
+        return True
+    if source == "NUMERIC" and target in (*_PG_INTEGERS, "DOUBLE", "FLOAT"):
+        inner = node.this
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        if isinstance(inner, exp.Extract | exp.Year | exp.Month | exp.Day):
+            return target == "BIGINT"  # a date part of a date kept to years 1..9999
+        bounds = _sentinel_bounds(inner)
+        if bounds is None:
+            return False
+        low, high = bounds
+        if target in _PG_INTEGERS:
+            bits = {"SMALLINT": 15, "INTEGER": 31, "BIGINT": 63}[target]
+            # strictly inside (-2**b - 0.5, 2**b - 0.5): rounds into the type
+            return low >= -Fraction(2) ** bits - Fraction(1, 2) and \
+                high <= Fraction(2) ** bits - Fraction(1, 2)
+        # a float: in range, and rounded to few enough decimals not to underflow
+        limit, decimals = _FLOAT_TARGETS[target]
+        value = inner.this.this.this.this  # NULLIF(NULLIF(LEAST(GREATEST(value, ..
+        while isinstance(value, exp.Paren):
+            value = value.this
+        places = _literal_value(value.args.get("decimals") or exp.Null()) \
+            if isinstance(value, exp.Round) else None
+        return -limit <= low and high <= limit and places is not None and places <= decimals
+    return False
+
+
+#: float targets: (largest magnitude, most decimals a value may keep without underflow)
+_FLOAT_TARGETS = {"DOUBLE": (Fraction(17, 10) * Fraction(10) ** 308, 300),
+                  "FLOAT": (Fraction(34, 10) * Fraction(10) ** 38, 37)}
+
+
+def _pattern_guarded(node: exp.Cast) -> bool:
+    """``CASE WHEN x ~ '<number pattern>' THEN ... CAST(x AS NUMERIC) ...``: the pattern
+    admits only text PostgreSQL's numeric input reads (C-locale spaces, digits)."""
+    child, parent = node, node.parent
+    while parent is not None and not isinstance(parent, exp.Select):
+        if isinstance(parent, exp.If) and parent.args.get("true") is child:
+            cond = parent.this
+            return (isinstance(cond, exp.RegexpLike) and cond.this == node.this
+                    and isinstance(cond.expression, exp.Literal)
+                    and cond.expression.this in (dialects._INT_PATTERN,
+                                                 dialects._NUM_PATTERN))
+        child, parent = parent, parent.parent
+    return False
+
+
+def _kept_in_years(node: exp.Expression) -> bool:
+    """A date or timestamp kept to years 1..9999 (NULL outside): a date sentinel, a
+    ``CASE WHEN v BETWEEN <year 1> AND <year 9999> THEN v END``, or a constant."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if _constant(node) or (isinstance(node, exp.Cast) and _constant(node.this)):
+        return True
+    bounds = node if isinstance(node, exp.Nullif) else None
+    if bounds is not None and isinstance(node.this, exp.Nullif):
+        inner = node.this.this
+        return isinstance(inner, exp.Least) and isinstance(inner.this, exp.Greatest) and all(
+            isinstance(e, exp.Cast) and _constant(e.this)
+            for e in (inner.expressions[0], inner.this.expressions[0]))
+    if isinstance(node, exp.Case) and len(node.args.get("ifs") or []) == 1 \
+            and node.args.get("default") is None:
+        cond = node.args["ifs"][0].this
+        return isinstance(cond, exp.Between) and all(
+            isinstance(e, exp.Cast) and _constant(e.this)
+            for e in (cond.args["low"], cond.args["high"]))
+    return False
+
+
+def _pg_dates(node: exp.Expression, types: total.Types) -> bool:
+    """Date arithmetic, differences, parts and truncation of dates kept to years 1..9999,
+    with intervals that are constants: the results stay inside PostgreSQL's range."""
+    if isinstance(node, exp.Extract):
+        return _kept_in_years(node.expression)
+    if isinstance(node, exp.Year | exp.Month | exp.Day | exp.TimestampTrunc | exp.DateTrunc):
+        return _kept_in_years(node.this)
+    sides = [node.this, node.expression]
+    temporal = [x for x in sides if types(x) in ("DATE", "TIMESTAMP")]
+    if not temporal or not all(_kept_in_years(x) for x in temporal):
+        return False
+    others = [x for x in sides if x not in temporal]
+    return all(isinstance(x, exp.Interval) and isinstance(x.this, exp.Literal)
+               for x in others)
+
+
+def _pg_sum(node: exp.Expression, types: total.Types) -> bool:
+    """SUM/AVG of NUMERICs or integers: NUMERIC accumulators (see postgres_sums)."""
+    arg = node.this
+    if isinstance(arg, exp.Distinct):
+        return all(types(e) in ("NUMERIC", *_PG_INTEGERS, total.NULL)
+                   for e in arg.expressions)
+    return types(arg) in ("NUMERIC", *_PG_INTEGERS, total.NULL)
+
+
+def _pg_text(node: exp.Expression, types: total.Types) -> bool:
+    return all(types(o) in ("VARCHAR", total.NULL) or _constant(o)
+               for o in total.operands(node))
+
+
+def _pg_like(node: exp.Expression, types: total.Types) -> bool:
+    """A constant pattern (no backslash: see ``like_pattern_problem``) over text."""
+    pattern = node.expression
+    return types(node.this) in ("VARCHAR", total.NULL) and isinstance(pattern, exp.Literal) \
+        and pattern.is_string and "\\" not in pattern.this
+
+
+def _pg_regexp(node: exp.Expression, types: total.Types) -> bool:
+    pattern = node.expression
+    return types(node.this) in ("VARCHAR", total.NULL) and isinstance(pattern, exp.Literal) \
+        and pattern.this in (dialects._INT_PATTERN, dialects._NUM_PATTERN)
+
+
+def _pg_unary(node: exp.Expression, types: total.Types) -> bool:
+    """Sign and rounding of a NUMERIC (never overflows: no fixed precision), sign of a
+    float (IEEE negation and absolute value do not overflow)."""
+    if isinstance(node, exp.Round):
+        places = node.args.get("decimals")
+        return types(node.this) == "NUMERIC" and (
+            places is None or (_literal_value(places) is not None
+                               and abs(_literal_value(places)) <= 1000))
+    return types(node.this) in ("NUMERIC", *_PG_FLOATS)
+
+
+_E = total.Entry
+#: PostgreSQL's operations that cannot fail, whatever the rows hold (PostgreSQL 14+).
+#: PostgreSQL raises on integer and float overflow and underflow, so arithmetic is
+#: total only in NUMERIC over bounded operands (the forms the dialect layer writes for
+#: every operation, :func:`dpsql.backends.dialects.postgres_try`); there is no TRY,
+#: so what is not on this list after those transforms is refused before the charge.
+TOTAL = total.AllowList("PostgreSQL", (
+    _E(total.COMPARISONS, _pg_meet,
+       "operands of one type, integers with integers, NUMERIC or floats: cross-type "
+       "operators or exact conversions; constants converted while planning"),
+    _E((exp.Is,), total.always, "IS NULL only tests"),
+    _E((exp.And, exp.Or, exp.Not), total.all_operands("BOOLEAN"), "boolean logic"),
+    _E((exp.Case, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif), _pg_meet,
+       "chooses one operand, each of the result's type or converting to it exactly"),
+    _E((exp.Add, exp.Sub, exp.Mul), _pg_arith, _pg_arith.__doc__.split(":")[0]),
+    _E((exp.Div, exp.Mod), _pg_division, "NUMERIC division by a non-zero divisor"),
+    _E((exp.Anonymous,), lambda n, t: str(n.this).upper() == "DIV" and _pg_division(n, t),
+       "NUMERIC integer quotient by a non-zero divisor"),
+    _E((exp.Neg, exp.Abs, exp.Round), _pg_unary, _pg_unary.__doc__.split(" (")[0]),
+    _E((exp.Neg,), total.negated_literal, "a negative constant"),
+    _E((exp.Interval,), total.constant_interval, "a constant interval"),
+    _E((exp.Cast,), _pg_cast,
+       "to text; integers widening, to NUMERIC or float8; float4 to float8; text to "
+       "NUMERIC under the number pattern; bounded NUMERICs back to their type"),
+    _E((exp.Add, exp.Sub, exp.Extract, exp.Year, exp.Month, exp.Day, exp.TimestampTrunc,
+        exp.DateTrunc), _pg_dates,
+       "dates kept to years 1..9999 with constant intervals stay in range"),
+    _E((exp.Lower, exp.Upper, exp.Length, exp.Concat, exp.DPipe), _pg_text,
+       "text functions over text"),
+    _E((exp.Like, exp.ILike), _pg_like, "a constant pattern without escapes over text"),
+    _E((exp.RegexpLike,), _pg_regexp, "dpsql's own number patterns over text"),
+    _E((exp.Count,), total.always, "counts rows"),
+    _E((exp.Min, exp.Max), total.always, "picks one of the values"),
+    _E((exp.Sum, exp.Avg), _pg_sum, _pg_sum.__doc__.split(":")[0]),
+    _E((exp.RowNumber,), total.always, "numbers rows"),
+    _E((exp.Anonymous,), total.anonymous("HASHTEXTEXTENDED"), "a hash of text"),
+), guards=(), sum_as="DECIMAL", refuse_unwrappable=False)
+
+
+def _pg_bind_types(raw, sql: str) -> list[str | None]:
+    return [_PG_TYPES.get(oid) for _, oid in _prepared_fields(raw, sql)]
+
+
+PostgresBackend.allow = TOTAL
+PostgresBackend.bind_types = lambda self, sql: self._call(
+    lambda conn: _pg_bind_types(conn.connection.driver_connection, sql),
+    lambda exc: ValueError("the probe did not bind"))  # no type: the node is guarded

@@ -55,6 +55,10 @@ STRUCTURE = (exp.Select, exp.From, exp.Join, exp.Table, exp.TableAlias, exp.Iden
              exp.Interval, exp.Tuple, exp.IgnoreNulls, exp.RespectNulls)
 #: Nodes no guard can wrap (they are not row-level values).
 UNWRAPPABLE = (exp.AggFunc, exp.Window, exp.Select, exp.Subquery, exp.WithinGroup)
+#: Comparisons: the operands meet in a type of the engine's choosing; the result is a
+#: BOOLEAN.
+COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
+               exp.NullSafeNEQ, exp.Between, exp.In)
 #: Operations whose operands are used as conditions (converted to BOOLEAN).
 CONDITIONS = (exp.And, exp.Or, exp.Xor, exp.Not)
 
@@ -202,6 +206,17 @@ class AllowList:
     engine: str
     entries: tuple[Entry, ...]
     guards: tuple[type[exp.Expression], ...] = (exp.Try,)
+    #: Whether an operation that is not total and cannot be wrapped (it holds an
+    #: aggregate) is refused while placing guards; False where the dialect layer makes
+    #: every operation total in place (PostgreSQL), leaving the final check to decide.
+    refuse_unwrappable: bool = True
+    #: The type a SUM/AVG sums an argument as when the argument's own type is not
+    #: listed (DuckDB: DOUBLE; PostgreSQL: NUMERIC).
+    sum_as: str = "DOUBLE"
+
+    @property
+    def sum_as_type(self) -> str:
+        return "NUMERIC" if self.sum_as == "DECIMAL" else self.sum_as
 
     def entry(self, node: exp.Expression, types: Types) -> Entry | None:
         """The entry that makes ``node`` total, or None."""
@@ -278,6 +293,8 @@ def place_guards(tree: exp.Expression, allow: AllowList, types: Types,
             if cond is None or types(cond) in ("BOOLEAN", NULL):
                 continue
             if _contains_unwrappable(cond):
+                if not allow.refuse_unwrappable:
+                    continue
                 raise refuse(cond, "a condition that is not a boolean")
             new = exp.TryCast(this=cond, to=exp.DataType.build("BOOLEAN"))
             node.set(key, new)
@@ -297,18 +314,22 @@ def place_guards(tree: exp.Expression, allow: AllowList, types: Types,
             arg = node.this
             if not isinstance(arg, exp.Distinct) and types(arg) is not None \
                     and not _contains_unwrappable(arg):
-                wide = exp.Cast(this=exp.Try(this=arg), to=exp.DataType.build("DOUBLE"))
+                wide = exp.Cast(this=exp.Try(this=arg), to=exp.DataType.build(allow.sum_as))
                 types.set(wide.this, types(arg))
-                types.set(wide, "DOUBLE")
+                types.set(wide, allow.sum_as_type)
                 node.set("this", wide)
                 if allow.total(node, types):
                     return
+            if not allow.refuse_unwrappable:
+                return
             raise refuse(node, f"{node.sql_name()} of {types(node.this) or 'an unknown type'}")
         if type(node) is exp.Cast:
             new = _wrap(node, lambda n: exp.TryCast(this=n.this, to=n.args["to"]))
             types.set(new, types(node))
             return
         if _contains_unwrappable(node):
+            if not allow.refuse_unwrappable:
+                return
             raise refuse(node, "an operation that may fail, over an aggregate, a window "
                                "or a subquery, which cannot be guarded")
         new = _wrap(node, lambda n: exp.Try(this=n))

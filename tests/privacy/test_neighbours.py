@@ -74,9 +74,11 @@ def test_data_dependent_failure_is_caught(monkeypatch):
                            copy=False)
 
     monkeypatch.setattr(dpsql.engine, "rewrite", failing)
-    # the final-SQL guard check would refuse it before the charge: switch it off too, so
-    # that the oracle itself is what must catch the failure
+    # the backend would guard it (and its check refuse it unguarded) before the charge:
+    # switch both off, so that the oracle itself is what must catch the failure
     monkeypatch.setattr("dpsql.rewrite.check_guards.check_guards", lambda *a, **k: None)
+    monkeypatch.setattr("dpsql.backends.total.place_guards", lambda tree, *a, **k: tree)
+    monkeypatch.setattr("dpsql.backends.total.check_total", lambda *a, **k: None)
     outcome = check_world(WORLD, "SELECT COUNT(*) FROM visits")
     assert [v.kind for v in outcome.violations] == ["one-sided-failure"], outcome.violations
 
