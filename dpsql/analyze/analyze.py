@@ -45,13 +45,13 @@ from dpsql.errors import (
 )
 from dpsql.limits import DEFAULT as DEFAULT_LIMITS
 from dpsql.limits import Limits
-
-#: Largest LIMIT/OFFSET (a signed 64-bit integer on every engine).
-MAX_LIMIT = 2**63 - 1
 from dpsql.mechanisms import Constant, LaplaceThreshold, laplace
 from dpsql.mechanisms.gaussian import gaussian, rho_for
 from dpsql.mechanisms.quantile import Bins
 from dpsql.validate import AGGREGATES, QUANTILES
+
+#: Largest LIMIT/OFFSET (a signed 64-bit integer on every engine).
+MAX_LIMIT = 2**63 - 1
 
 _VARIANCES = (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop)
 

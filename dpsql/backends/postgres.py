@@ -384,6 +384,13 @@ def _pg_cast(node: exp.Expression, types: total.Types) -> bool:
         return False
     if target == "DOUBLE" and source in (*_PG_INTEGERS, "FLOAT"):
         return True
+    if source in _PG_FLOATS and target in _PG_INTEGERS:
+        bounds = _sentinel_bounds(node.this)
+        bits = {"SMALLINT": 15, "INTEGER": 31, "BIGINT": 63}[target]
+        # strictly inside (-2**b - 0.5, 2**b - 0.5) a float rounds into the type (NaN
+        # and infinities were mapped onto an end, then to NULL)
+        return bounds is not None and bounds[0] >= -Fraction(2) ** bits - Fraction(1, 2) \
+            and bounds[1] <= Fraction(2) ** bits - Fraction(1, 2)
     if source == "NUMERIC" and target in (*_PG_INTEGERS, "DOUBLE", "FLOAT"):
         inner = node.this
         while isinstance(inner, exp.Paren):
@@ -506,6 +513,58 @@ def _pg_unary(node: exp.Expression, types: total.Types) -> bool:
     return types(node.this) in ("NUMERIC", *_PG_FLOATS)
 
 
+def _pg_number(node: exp.Expression, types: total.Types) -> bool:
+    """SIGN, FLOOR, CEIL of a number: exact, never out of range."""
+    return types(node.this) in (*_PG_INTEGERS, *_PG_FLOATS, "NUMERIC", total.NULL)
+
+
+def _pg_domain(node: exp.Expression, types: total.Types) -> bool:
+    """``CASE WHEN x >= 0 THEN SQRT(x) END`` (``x > 0`` for LN): the dialect layer's guard
+    keeps the argument inside the function's domain."""
+    parent = node.parent
+    while isinstance(parent, exp.Paren):
+        parent = parent.parent
+    if not isinstance(parent, exp.If) or parent.args.get("true") is not node and not (
+            isinstance(parent.args.get("true"), exp.Paren)
+            and parent.args["true"].this is node):
+        return False
+    cond = parent.this
+    test = (exp.GTE, exp.GT) if isinstance(node, exp.Sqrt) else (exp.GT,)
+    return isinstance(cond, test) and cond.this == node.this \
+        and _literal_value(cond.expression) == 0
+
+
+def _pg_exp(node: exp.Expression, types: total.Types) -> bool:
+    """EXP of a float8 kept to [-700, 709]: no overflow, no underflow."""
+    arg = node.this
+    while isinstance(arg, exp.Paren):
+        arg = arg.this
+    bounds = _sentinel_bounds(arg.this) if isinstance(arg, exp.Cast) else None
+    return bounds is not None and bounds[0] >= -700 and bounds[1] <= 709
+
+
+def _pg_substring(node: exp.Expression, types: total.Types) -> bool:
+    """substr(text, int, int) fails only on a negative length: the length is absent, a
+    literal of at least 0, or kept to [0, 2**31 - 1] by the dialect layer."""
+    if types(node.this) not in ("VARCHAR", total.NULL):
+        return False
+    length = node.args.get("length")
+    if length is None:
+        return True
+    value = _literal_value(length)
+    if value is not None:
+        return value >= 0
+    inner = length.this if isinstance(length, exp.Cast) else None
+    return isinstance(inner, exp.Least) and isinstance(inner.this, exp.Greatest) and \
+        _literal_value(inner.this.expressions[0]) == 0
+
+
+def _pg_left(node: exp.Expression, types: total.Types) -> bool:
+    """left/right(text, int): any integer count (negative counts from the other end)."""
+    return types(node.this) in ("VARCHAR", total.NULL) and \
+        types(node.expression) in ("SMALLINT", "INTEGER", total.NULL)
+
+
 _E = total.Entry
 #: PostgreSQL's operations that cannot fail, whatever the rows hold (PostgreSQL 14+).
 #: PostgreSQL raises on integer and float overflow and underflow, so arithmetic is
@@ -533,8 +592,13 @@ TOTAL = total.AllowList("PostgreSQL", (
     _E((exp.Add, exp.Sub, exp.Extract, exp.Year, exp.Month, exp.Day, exp.TimestampTrunc,
         exp.DateTrunc), _pg_dates,
        "dates kept to years 1..9999 with constant intervals stay in range"),
-    _E((exp.Lower, exp.Upper, exp.Length, exp.Concat, exp.DPipe), _pg_text,
-       "text functions over text"),
+    _E((exp.Lower, exp.Upper, exp.Length, exp.Concat, exp.DPipe, exp.Trim, exp.Replace),
+       _pg_text, "text functions over text (REPLACE never lengthens: see validate)"),
+    _E((exp.Substring,), _pg_substring, _pg_substring.__doc__.split(":")[0]),
+    _E((exp.Left, exp.Right), _pg_left, _pg_left.__doc__.split(":")[0]),
+    _E((exp.Sign, exp.Floor, exp.Ceil), _pg_number, _pg_number.__doc__.split(":")[0]),
+    _E((exp.Sqrt, exp.Ln), _pg_domain, "an argument kept inside the function's domain"),
+    _E((exp.Exp,), _pg_exp, _pg_exp.__doc__.split(":")[0]),
     _E((exp.Like, exp.ILike), _pg_like, "a constant pattern without escapes over text"),
     _E((exp.RegexpLike,), _pg_regexp, "dpsql's own number patterns over text"),
     _E((exp.Count,), total.always, "counts rows"),

@@ -493,7 +493,10 @@ class _Prober:
                 cols = self.query_outputs(node.this)
             else:
                 return None
-            if not cols or any(t is None for _, t in cols):
+            # a column of unknown type is left out: what reads it fails to bind and
+            # stays untyped, the rest of the scope is typed
+            cols = [(c, t) for c, t in cols if t is not None]
+            if not cols:
                 return None
             out.append((node.alias_or_name, cols))
         return out
@@ -650,10 +653,13 @@ def _scope_nodes(select: exp.Select) -> list[exp.Expression]:
 
 
 def _innermost_first(tree: exp.Expression) -> list[exp.Select]:
+    """Every SELECT after those it reads: nested queries first, and a query's WITH tables
+    (in order) before anything else of it."""
     out: list[exp.Select] = []
 
     def visit(node: exp.Expression) -> None:
-        for child in node.iter_expressions():
+        children = list(node.iter_expressions())
+        for child in sorted(children, key=lambda c: not isinstance(c, exp.With)):
             visit(child)
         if isinstance(node, exp.Select):
             out.append(node)

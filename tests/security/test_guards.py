@@ -28,7 +28,7 @@ from sqlglot import exp, parse_one
 import dpsql
 from dpsql.backends import dialects
 from dpsql.backends.loaders import copy_tables
-from dpsql.rewrite import RULES, guard_errors, statistics_query
+from dpsql.rewrite import guard_errors, statistics_query
 from dpsql.rewrite.check_guards import check_guards, problems
 
 PG_URL = os.environ.get("DPSQL_TEST_POSTGRES_URL")
