@@ -1203,6 +1203,12 @@ class Ledger:
     def view(self, dataset: str, analyst: str, cap=None) -> BudgetView:
         return BudgetView(self, dataset, analyst, cap)
 
+    def spenders(self) -> list[tuple[str, str]]:
+        """(dataset, analyst) of everyone who was charged, sorted."""
+        with self._tx(write=False) as db:
+            return sorted(tuple(r) for r in db.execute(
+                f"SELECT dataset, analyst FROM {self._p}totals WHERE analyst <> ?", (ALL,)))
+
     def refusal_counts(self, dataset: str | None = None) -> list[tuple[str, str, int, int]]:
         """(dataset, analyst, stored, only counted) per analyst with refusals."""
         where, args = ("WHERE dataset = ?", (dataset,)) if dataset else ("", ())
@@ -1248,7 +1254,7 @@ class Ledger:
     def _replay_until(self, last: int) -> tuple[int, str, dict, int]:
         totals: dict = {}
         prev = self._mac("genesis")
-        for (eid, ds, an, kind, e, d, r, rd, h) in self._s.execute(
+        for (_eid, ds, an, kind, e, d, r, rd, h) in self._s.execute(
                 "SELECT id, dataset, analyst, kind, epsilon, delta, rho, rho_delta, hash "
                 f"FROM {self._p}entries WHERE id <= ? ORDER BY id", (last,)):
             if kind == "charge":
@@ -1261,6 +1267,44 @@ class Ledger:
     def close(self) -> None:
         with self._lock:
             self._s.close()
+
+
+def migrate_v1(source: str | Path, target: str | Path) -> int:
+    """Copies a version-1 ledger's budgets and charges, in order, into a new ledger.
+
+    Returns:
+        The number of charges copied.
+
+    Raises:
+        LedgerError: ``source`` is not a version-1 ledger, ``target`` exists, or a
+            recorded cost is not a finite non-negative number.
+    """
+    if Path(target).exists():
+        raise LedgerError(f"{str(target)!r} exists; migrate writes a new ledger")
+    try:
+        con = sqlite3.connect(f"file:{Path(source).resolve()}?mode=ro", uri=True)
+        meta = dict(con.execute("SELECT key, value FROM meta"))
+        if meta.get("format") != FORMAT or meta.get("version") != "1":
+            raise LedgerError(f"{str(source)!r} is not a version-1 dpsql ledger")
+        budgets = con.execute("SELECT dataset, analyst, epsilon, delta, source FROM budgets "
+                              "ORDER BY dataset, analyst").fetchall()
+        charges = con.execute("SELECT dataset, analyst, epsilon, delta, rho, rho_delta, sql, "
+                              "outcome, detail FROM charges ORDER BY id").fetchall()
+        con.close()
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot read {str(source)!r} as a version-1 ledger: {exc}") \
+            from None
+    led = Ledger(target, create=True)
+    with led._tx() as db:
+        for ds, an, e, d, src in budgets:
+            led._write_budget(db, ds, an, check_budget((e, d)), "basic", src, True)
+        for ds, an, e, d, r, rd, sql, outcome, detail in charges:
+            parts = _check_cost(Cost(e, d, r, rd))
+            led._append(db, ds, an, "charge", parts, sql, CHARGED_SQL_KEPT, outcome, detail)
+            led._add(db, ds, an, parts)
+            led._add(db, ds, ALL, parts)
+    led.close()
+    return len(charges)
 
 
 def _sum(costs: list[Cost]) -> Spent:
