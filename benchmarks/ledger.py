@@ -82,7 +82,7 @@ def _worker(where: str, charges: int, barrier, out) -> None:
     times = []
     barrier.wait()
     start = time.perf_counter()
-    for i in range(charges):
+    for _ in range(charges):
         t = time.perf_counter()
         led.charge("bench", f"w{os.getpid() % ANALYSTS}", Cost(0.01, 1e-12), SQL)
         times.append(time.perf_counter() - t)

@@ -477,9 +477,14 @@ def budget_init(ledger) -> None:
 def budget_set(ledger, database, dataset, analyst, epsilon, delta, accountant) -> None:
     """Owner command: set a data set's (or an analyst's) total budget (creates the ledger
     where no file exists)."""
-    from dpsql.ledger import ALL
+    from dpsql.ledger import ALL, check_analyst
 
     total = (_float(epsilon, "--epsilon"), _float(delta, "--delta"))
+    try:
+        if analyst is not None:  # '*' is the data set's total: say it by leaving it out
+            check_analyst(analyst, "--analyst")
+    except DpsqlError as exc:
+        _fail(exc)
     led = _ledger(ledger, database, create=True)
     try:
         led.set_budget(dataset, total, analyst if analyst is not None else ALL, accountant)
@@ -497,9 +502,14 @@ def budget_set(ledger, database, dataset, analyst, epsilon, delta, accountant) -
 @click.option("--delta", default="0", show_default=True, help="Delta to add.")
 def budget_grant(ledger, database, dataset, analyst, epsilon, delta) -> None:
     """Owner command: add to a data set's (or an analyst's) total budget."""
-    from dpsql.ledger import ALL
+    from dpsql.ledger import ALL, check_analyst
 
     extra = (_float(epsilon, "--epsilon"), _float(delta, "--delta"))
+    try:
+        if analyst is not None:
+            check_analyst(analyst, "--analyst")
+    except DpsqlError as exc:
+        _fail(exc)
     led = _ledger(ledger, database)
     try:
         led.grant(dataset, extra, analyst if analyst is not None else ALL)

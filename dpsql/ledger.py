@@ -382,7 +382,7 @@ class _SQLite:
     def _stat_settled(self, p: Path) -> os.stat_result:
         # a new ledger is linked into place and its temporary name removed just after:
         # a second link seen for a moment is that, not an attack
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + 0.5
         while True:
             st = os.stat(p)
             if st.st_nlink <= 1 or time.monotonic() > deadline:
@@ -641,13 +641,15 @@ def _checkpoint_doc(mac: _Mac, last_id: int, last_hash: str, totals: dict) -> st
                        "mac": mac("checkpoint", last_id, last_hash, rows)})
 
 
-def _ledger_error(exc: BaseException, path: str, doing: str) -> LedgerError:
+def _ledger_error(exc: BaseException, path: str, doing: str,
+                  timeout: float | None = None) -> LedgerError:
     """A database error while using the ledger, as a LedgerError that says what to do."""
     text = str(exc)
     low = text.lower()
     if "locked" in low or "lock timeout" in low or "busy" in low:
+        wait = f" of {timeout:g} s" if timeout is not None else ""
         return LedgerError(f"ledger {path!r} stayed locked by another process past the "
-                           f"owner's timeout ({TIMEOUT_ENV}); nothing was charged")
+                           f"owner's timeout{wait} ({TIMEOUT_ENV}); nothing was charged")
     if "full" in low or "disk i/o" in low or "no space" in low:
         return LedgerError(f"ledger {path!r} cannot be written (disk full or I/O error: "
                            f"{text}); nothing was charged")
@@ -686,6 +688,7 @@ class Ledger:
         self._lock = threading.Lock()
         self.refusal_cap = refusal_cap
         timeout = _timeout() if timeout is None else timeout
+        self._timeout = timeout
         text = str(path)
         if text.startswith(("postgresql://", "postgresql+", "postgres://")):
             self._s: Any = _Postgres(text, timeout, create, readonly)
@@ -750,7 +753,7 @@ class Ledger:
                                   f"{KEY_ENV}, or its id was changed")
             self._verify_since_checkpoint()
         except errors as exc:
-            raise _ledger_error(exc, self.path, "open") from None
+            raise _ledger_error(exc, self.path, "open", self._timeout) from None
 
     def _checkpoint(self) -> tuple[int, str, dict]:
         raw = self._s.execute(f"SELECT value FROM {self._p}meta WHERE key = 'checkpoint'"
@@ -894,7 +897,7 @@ class Ledger:
                     yield s
                     s.execute("COMMIT")
                 except s.errors() as exc:
-                    raise _ledger_error(exc, self.path, "record") from None
+                    raise _ledger_error(exc, self.path, "record", self._timeout) from None
             except BaseException:
                 try:
                     if s.in_transaction():
