@@ -429,7 +429,7 @@ def budget_log(ledger, database, dataset, limit) -> None:
         sql = escape(e["sql"])
         if e["sql_length"] > len(e["sql"]):
             sql += f"... ({e['sql_length']} characters, sha256 {e['sql_hash'][:16]})"
-        click.echo(f"{e['id']:>6}  {escape(e['time'])}  {escape(e['dataset'])}  "
+        click.echo(f"{escape(e['time'])}  {escape(e['dataset'])}  "
                    f"{escape(e['analyst'])}  {escape(e['outcome']):<8}  "
                    f"epsilon={e['epsilon']:g} delta={e['delta']:g}  {sql}{detail}")
 

@@ -778,9 +778,13 @@ class Ledger:
         try:
             last_id, last_hash, totals = self._checkpoint()
             if last_id:
-                row = self._s.execute(f"SELECT hash FROM {self._p}entries WHERE id = ?",
-                                      (last_id,)).fetchone()
-                if row is None or row[0] != last_hash:
+                # the checkpointed entry itself is re-hashed: the chain's newest verified link
+                row = self._s.execute(
+                    "SELECT id, time, dataset, analyst, kind, epsilon, delta, rho, rho_delta, "
+                    f"sql_hash, prev, hash FROM {self._p}entries WHERE id = ?", (last_id,)
+                ).fetchone()
+                if row is None or row[-1] != last_hash or \
+                        row[-1] != self._mac("entry", *row[:-1]):
                     raise LedgerError(f"ledger {self.path!r}: the checkpointed entry "
                                       f"{last_id} was altered or removed")
             new_id, new_hash, totals, count = self._replay(last_id, last_hash, totals)
