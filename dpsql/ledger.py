@@ -134,8 +134,10 @@ CHARGED_SQL_KEPT = 65536
 REFUSAL_CAP = 1000
 #: Longest analyst name accepted.
 MAX_NAME = 200
-#: Entries verified at open before a new checkpoint is written.
-_GENESIS = "genesis"
+#: A charge that finds this many entries past the checkpoint verifies them and moves
+#: the checkpoint, so an open never has more than about this many entries to verify,
+#: however long a connection ran before it (the one charge takes ~0.1 s more).
+CHECKPOINT_EVERY = 10_000
 
 _log = logging.getLogger("dpsql.owner")
 
@@ -790,14 +792,26 @@ class Ledger:
             new_id, new_hash, totals, count = self._replay(last_id, last_hash, totals)
             self._compare_totals(totals)
             self._check_small_tables()
+            self._cp_id = last_id
             if write and count:
                 self._s.execute(f"UPDATE {self._p}meta SET value = ? WHERE key = 'checkpoint'",
                                 (_checkpoint_doc(self._mac, new_id, new_hash, totals),))
+                self._cp_id = new_id
             self._s.execute("COMMIT")
         except BaseException:
             if self._s.in_transaction():
                 self._s.execute("ROLLBACK")
             raise
+
+    def _advance_checkpoint(self, db) -> None:
+        """Verifies the entries after the checkpoint against the running totals and
+        moves the checkpoint to the newest entry (inside the caller's transaction)."""
+        last_id, last_hash, totals = self._checkpoint()
+        new_id, new_hash, totals, _ = self._replay(last_id, last_hash, totals)
+        self._compare_totals(totals)
+        db.execute(f"UPDATE {self._p}meta SET value = ? WHERE key = 'checkpoint'",
+                   (_checkpoint_doc(self._mac, new_id, new_hash, totals),))
+        self._cp_id = new_id
 
     def _replay(self, after: int, prev: str, totals: dict) -> tuple[int, str, dict, int]:
         """Verifies the chain after entry ``after`` and adds its charges to ``totals``
@@ -1149,6 +1163,8 @@ class Ledger:
                                    CHARGED_SQL_KEPT, "charged", None)
                 self._add(db, dataset, analyst, parts)
                 self._add(db, dataset, ALL, parts)
+                if eid - self._cp_id >= CHECKPOINT_EVERY:
+                    self._advance_checkpoint(db)
         if refusal is not None:
             raise refusal
         if cap is not None:

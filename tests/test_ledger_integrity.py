@@ -686,3 +686,14 @@ def test_a_read_only_ledger_can_be_read_but_not_charged():
     finally:
         os.chmod(folder, 0o755)
         shutil.rmtree(folder)
+
+
+def test_charges_move_the_checkpoint_so_an_open_stays_short(tmp_path, monkeypatch):
+    monkeypatch.setattr(ledger_mod, "CHECKPOINT_EVERY", 5)
+    path = tmp_path / "l.sqlite"
+    led = charged_ledger(path, n=12, eps=0.01)
+    cp = led._checkpoint()[0]
+    assert 5 <= cp <= 12  # a long-running connection moved it
+    flip(path, "UPDATE totals SET epsilon = 0")
+    with pytest.raises(LedgerError, match="altered"):  # and checks before moving it
+        led.charge("d", "alice", Cost(0.01), "q")
