@@ -697,3 +697,39 @@ def test_charges_move_the_checkpoint_so_an_open_stays_short(tmp_path, monkeypatc
     flip(path, "UPDATE totals SET epsilon = 0")
     with pytest.raises(LedgerError, match="altered"):  # and checks before moving it
         led.charge("d", "alice", Cost(0.01), "q")
+
+
+V1_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE budgets (dataset TEXT NOT NULL, analyst TEXT NOT NULL, epsilon REAL NOT NULL,
+    delta REAL NOT NULL, source TEXT NOT NULL, updated TEXT NOT NULL,
+    PRIMARY KEY (dataset, analyst));
+CREATE TABLE charges (id INTEGER PRIMARY KEY, time TEXT NOT NULL, dataset TEXT NOT NULL,
+    analyst TEXT NOT NULL, epsilon REAL NOT NULL, delta REAL NOT NULL, rho REAL NOT NULL,
+    rho_delta REAL NOT NULL, sql TEXT NOT NULL, outcome TEXT NOT NULL, detail TEXT);
+CREATE TABLE refusals (id INTEGER PRIMARY KEY, time TEXT NOT NULL, dataset TEXT NOT NULL,
+    analyst TEXT NOT NULL, sql TEXT NOT NULL, detail TEXT NOT NULL);
+INSERT INTO meta VALUES ('format', 'dpsql-ledger'), ('version', '1');
+INSERT INTO budgets VALUES ('pums', '*', 10.0, 1e-5, 'catalog', 't');
+INSERT INTO charges VALUES (1, 't', 'pums', 'alice', 1.5, 0.0, 1.125, 0.0, 'q1', 'answered',
+    NULL);
+INSERT INTO charges VALUES (2, 't', 'pums', 'bob', 0.5, 1e-6, 0.125, 1e-6, 'q2', 'failed',
+    'BackendError');
+"""
+
+
+def test_a_version_1_ledger_is_refused_and_migrated(tmp_path):
+    old = tmp_path / "old.sqlite"
+    con = sqlite3.connect(old)
+    con.executescript(V1_SCHEMA)
+    con.close()
+    with pytest.raises(LedgerError, match="format version 1.*budget migrate"):
+        Ledger(old)
+    res = CliRunner().invoke(main, ["budget", "migrate", "--from", str(old), "--to",
+                                    str(tmp_path / "new.sqlite")])
+    assert res.exit_code == 0 and "migrated 2 charges" in res.output, res.output
+    led = Ledger(tmp_path / "new.sqlite")
+    assert led.spent("pums").basic == (2.0, 1e-6)
+    assert led.spent("pums", "alice").rho == 1.125
+    assert [e["outcome"] for e in led.log()] == ["failed", "answered"]
+    assert led.verify()["charges"] == 2
