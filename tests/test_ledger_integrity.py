@@ -733,3 +733,26 @@ def test_a_version_1_ledger_is_refused_and_migrated(tmp_path):
     assert led.spent("pums", "alice").rho == 1.125
     assert [e["outcome"] for e in led.log()] == ["failed", "answered"]
     assert led.verify()["charges"] == 2
+
+
+def test_a_sqlalchemy_url_naming_another_database_is_refused(tmp_path, db, pums_template,
+                                                             monkeypatch):
+    from sqlalchemy import create_engine, text
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy.dialects import registry
+
+    registry.register("dpsql.duckdb", "dpsql.sqlalchemy_dialect", "DpsqlDuckDBDialect")
+    other = tmp_path / "other.duckdb"
+    shutil.copy(pums_template, other)
+    cat = write_catalog(tmp_path / "owner", database=str(db))
+    monkeypatch.setenv(CATALOG_ENV, str(cat))
+    engine = create_engine(f"dpsql+duckdb:///{other}?epsilon=0.5&ledger=:memory:")
+    with pytest.raises(sa_exc.OperationalError, match="database=.* is refused"):
+        engine.connect()
+    engine.dispose()
+    os.link(db, tmp_path / "hard.duckdb")  # the same file by another name is the same
+    engine = create_engine(f"dpsql+duckdb:///{tmp_path / 'hard.duckdb'}?epsilon=0.5"
+                           "&ledger=:memory:")
+    with engine.connect() as conn:
+        assert conn.execute(text(COUNT)).fetchall()
+    engine.dispose()
