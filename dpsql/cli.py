@@ -307,9 +307,11 @@ def _ledger(ledger, database, readonly: bool = False, create: bool = False):
         path = _ledger_path(ledger, database)
         if "://" not in path and not create and not Path(path).exists():
             raise click.UsageError(f"no ledger at {path}")
-        return Ledger(path, readonly=readonly, create=create)
+        led = Ledger(path, readonly=readonly, create=create)
     except DpsqlError as exc:
         _fail(exc)
+    click.get_current_context().call_on_close(led.close)  # also under CliRunner
+    return led
 
 
 _LEDGER_OPTIONS = [
@@ -462,6 +464,7 @@ def budget_init(ledger) -> None:
         led = Ledger(ledger, create=True)
     except DpsqlError as exc:
         _fail(exc)
+    led.close()
     click.echo(f"created ledger {escape(led.path)} with id {led.id}")
 
 

@@ -401,6 +401,12 @@ class _SQLite:
         """Builds a complete empty ledger under a temporary name and links it into place,
         so no process ever sees a half-made (empty) file at the ledger's path."""
         tmp = p.with_name(f".{p.name}.{secrets.token_hex(6)}.new")
+        # No ledger at this name, so a -wal or -shm here is an orphan of a ledger that was
+        # deleted while a process had it open: SQLite would replay that WAL into the new
+        # file. The old process keeps its own open descriptors either way.
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{p}{suffix}")
         try:
             con = sqlite3.connect(tmp, isolation_level=None)
             try:

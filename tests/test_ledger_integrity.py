@@ -756,3 +756,19 @@ def test_a_sqlalchemy_url_naming_another_database_is_refused(tmp_path, db, pums_
     with engine.connect() as conn:
         assert conn.execute(text(COUNT)).fetchall()
     engine.dispose()
+
+
+def test_a_new_ledger_never_replays_the_wal_of_a_deleted_one(tmp_path):
+    path = tmp_path / "l.sqlite"
+    holder = charged_ledger(path)  # open: its WAL stays beside the name
+    reader = Ledger(path)
+    assert Path(f"{path}-wal").exists()
+    os.unlink(path)
+    fresh = Ledger(path)  # the owner's new ledger at the same name
+    fresh.verify()
+    assert fresh.spent("d").basic == (0.0, 0.0) and fresh.id != holder.id
+    with pytest.raises(LedgerError, match="deleted|replaced"):
+        holder.charge("d", "alice", Cost(0.1), "q")
+    reader.close()
+    holder.close()
+    fresh.close()
