@@ -461,6 +461,10 @@ def budget_init(ledger) -> None:
     if "://" not in ledger and Path(ledger).exists():
         _fail(LedgerError(f"{ledger!r} already exists; a ledger is never made over a file"))
     try:
+        if "://" in ledger:
+            with contextlib.suppress(LedgerError):
+                Ledger(ledger, create=False, readonly=True).close()
+                _fail(LedgerError("that schema already holds a ledger"))
         led = Ledger(ledger, create=True)
     except DpsqlError as exc:
         _fail(exc)
