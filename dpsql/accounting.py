@@ -1,21 +1,46 @@
-"""Privacy accounting: what a sequence of queries has spent, under two valid bounds.
+"""Privacy accounting: what a sequence of queries has spent, and the one admission rule.
 
 Every charge records the query's (ε, δ) and, for the zCDP view, its ρ and the part of
-its δ that ρ does not cover. The total spent is bounded two ways:
+its δ that ρ does not cover. Two accountants bound what a sequence has spent:
 
-* **basic composition**: ``(Σ εᵢ, Σ δᵢ)``. Valid for any sequence of (εᵢ, δᵢ)-DP
-  releases, adaptively chosen or not.
-* **zCDP composition**: ρ adds up (Bun and Steinke, TCC 2016). A Gaussian query is
-  ρᵢ-zCDP; a Laplace query that is ε-DP is ε²/2-zCDP; a query with partition selection
-  is δᵢ-approximately ρᵢ-zCDP, and approximate zCDP composes by adding both ρ and δ.
-  The total ``ρ = Σ ρᵢ`` with ``δ_fixed = Σ δᵢ`` converts, for any ``δ' > 0``, to
-  ``(ε(ρ, δ'), δ_fixed + δ')``-DP (:func:`zcdp_to_dp`, the conversion of Canonne,
-  Kamath and Steinke 2020, Prop. 12, which is tighter than ``ρ + 2√(ρ log 1/δ')``).
+* **basic composition** (``"basic"``, the default): ``(Σ εᵢ, Σ δᵢ)``.
+* **zCDP composition** (``"zcdp"``): ρ adds up (Bun and Steinke, TCC 2016). A Gaussian
+  query is ρᵢ-zCDP; a Laplace query that is ε-DP is ε²/2-zCDP; a query with partition
+  selection is δᵢ-approximately ρᵢ-zCDP, and approximate zCDP composes by adding both
+  ρ and δ. The total ``ρ = Σ ρᵢ`` with ``δ_fixed = Σ δᵢ`` converts, for any ``δ' > 0``,
+  to ``(ε(ρ, δ'), δ_fixed + δ')``-DP (:func:`zcdp_to_dp`, the conversion of Canonne,
+  Kamath and Steinke 2020, Prop. 12, tighter than ``ρ + 2√(ρ log 1/δ')``).
 
-Both are upper bounds on the privacy loss of the same sequence of releases, so the
-sequence is (ε, δ)-DP if *either* fits the budget: admitting a query when one of the
-two bounds stays within the total is sound. The zCDP bound wins when there are many
-small queries and some δ to spend on the conversion.
+**The admission rule and its theorem.** Each data set in a ledger has exactly one
+accountant, fixed by the owner with its total budget (the catalog's
+``budget: {accountant: zcdp}`` or ``dpsql budget set --accountant zcdp``) and never
+changed once the data set has a charge. A query is admitted iff that one accountant's
+bound, over every charge so far *plus the query*, stays within the total (ε, δ). The
+analyst chooses each query, its ε and δ, after seeing earlier answers, and may stop at
+any time: the sequence is *fully adaptive*, so what is needed is a *privacy filter*, a
+stopping rule under which the whole interaction is (ε, δ)-DP even though the costs are
+chosen adaptively (Rogers, Roth, Ullman and Vadhan, "Privacy Odometers and Filters",
+NeurIPS 2016).
+
+* With ``"basic"`` the rule is exactly the basic-composition filter: continue while
+  ``Σ εᵢ ≤ ε`` and ``Σ δᵢ ≤ δ``. Rogers et al. 2016 (Theorem 3.6, "basic composition
+  filter") prove that the interaction it allows is (ε, δ)-DP.
+* With ``"zcdp"`` the rule is the approximate-zCDP filter: continue while
+  ``Σ δᵢ ≤ δ`` and ``ε(Σ ρᵢ, δ − Σ δᵢ) ≤ ε``, i.e. while ``Σ ρᵢ ≤ ρ*`` for the one ρ*
+  that converts to ε at the δ left. Rényi filters are valid under full adaptivity for
+  every order α (Feldman and Zrnic, "Individual Privacy Accounting via a Rényi
+  Filter", NeurIPS 2021), so ``Σ ρᵢ ≤ ρ*`` gives ρ*-zCDP for the interaction; the
+  approximate parts add as in the basic filter (Whitehouse, Ramdas, Rogers and Wu,
+  "Fully-Adaptive Composition in Differential Privacy", ICML 2023, which treats
+  approximate zCDP filters). The conversion then gives (ε, δ).
+
+Stopping early never hurts a filter (it is the analyst choosing mechanisms that reveal
+nothing), so the per-analyst totals and a connection's cap, which stop a prefix of the
+data set's sequence, keep the guarantee; a refusal depends only on the costs asked
+for, never on the data. What the rule must *not* do, and earlier versions did, is admit
+a query when *either* bound fits: then the stopping time mixes two filters, neither
+filter's theorem covers the sequence, and in the worst case their δ add up. Choosing
+one accountant per data set removes that.
 
 >>> round(zcdp_to_dp(0.5, 1e-5), 3)   # classic bound: 5.298
 4.728
@@ -34,6 +59,9 @@ import numpy as np
 
 #: Relative slack for float round-off when comparing a spend with a total.
 SLACK = 1e-9
+
+#: The accountants a data set can use (see the module's docstring for the rule).
+ACCOUNTANTS = ("basic", "zcdp")
 
 
 @dataclass(frozen=True)
@@ -62,6 +90,11 @@ class Cost:
     @property
     def pair(self) -> tuple[float, float]:
         return (self.epsilon, self.delta)
+
+    @property
+    def parts(self) -> tuple[float, float, float, float]:
+        """(ε, δ, ρ, ρ's δ): the four numbers the ledger stores and sums."""
+        return (float(self.epsilon), float(self.delta), *map(float, self.zcdp))
 
 
 def zcdp_to_dp(rho: float, delta: float) -> float:
@@ -116,6 +149,15 @@ class Spent:
             return math.inf
         return zcdp_to_dp(self.rho, spare)
 
+    def plus(self, cost: Cost) -> Spent:
+        """This spend with one more charge (the ledger's running totals use it)."""
+        e, d, r, rd = cost.parts
+        return Spent((self.basic[0] + e, self.basic[1] + d), self.rho + r, self.rho_delta + rd)
+
+
+#: Nothing spent.
+NOTHING = Spent((0.0, 0.0), 0.0, 0.0)
+
 
 def spent(costs: Iterable[Cost]) -> Spent:
     costs = list(costs)
@@ -126,20 +168,29 @@ def spent(costs: Iterable[Cost]) -> Spent:
 
 @dataclass(frozen=True)
 class Accounting:
-    """Admission against a total (ε, δ)."""
+    """Admission against a total (ε, δ) by one accountant (``"basic"`` or ``"zcdp"``)."""
 
     total: tuple[float, float]
+    accountant: str = "basic"
+
+    def __post_init__(self):
+        if self.accountant not in ACCOUNTANTS:
+            raise ValueError(f"unknown accountant {self.accountant!r}")
 
     def fits(self, s: Spent) -> bool:
         eps, delta = self.total
         tol = eps * SLACK
-        basic_ok = s.basic[0] <= eps + tol and s.basic[1] <= delta * (1 + SLACK) + 1e-300
-        zcdp_ok = delta > 0 and s.rho_delta <= delta and s.zcdp_epsilon(delta) <= eps + tol
-        return basic_ok or zcdp_ok
+        if self.accountant == "basic":
+            return s.basic[0] <= eps + tol and s.basic[1] <= delta * (1 + SLACK) + 1e-300
+        return delta > 0 and s.rho_delta <= delta and s.zcdp_epsilon(delta) <= eps + tol
 
     def admits(self, costs: Iterable[Cost]) -> bool:
         return self.fits(spent(costs))
 
     def remaining(self, s: Spent) -> tuple[float, float]:
-        """What basic composition leaves (the zCDP bound may admit more)."""
-        return (max(self.total[0] - s.basic[0], 0.0), max(self.total[1] - s.basic[1], 0.0))
+        """What the accountant leaves: ε and δ not yet used by its bound."""
+        eps, delta = self.total
+        if self.accountant == "basic":
+            return (max(eps - s.basic[0], 0.0), max(delta - s.basic[1], 0.0))
+        used = s.zcdp_epsilon(delta) if s.rho > 0 else 0.0
+        return (max(eps - used, 0.0), max(delta - s.rho_delta, 0.0))

@@ -2,9 +2,12 @@
 
 A catalog is YAML (or the equivalent dict)::
 
-    dataset: pums                 # optional name of the data set
-    ledger: pums.ledger.sqlite    # optional: the only ledger (relative to this file)
+    dataset: pums                 # optional name of the data set (its key in the ledger)
+    database: pums.duckdb         # optional: the only database (relative to this file, or a URL)
+    ledger: pums.ledger.sqlite    # optional: the only ledger (relative to this file, or a URL)
+    ledger_id: 3f2a...            # optional: the pinned ledger's id (dpsql budget show)
     analyst: alice                # optional: the only analyst identity
+    budget: {epsilon: 10, delta: 1e-5, accountant: basic}   # accountant: basic or zcdp
     tables:
       pums:
         user_key: pid             # or `row_privacy: true`, or `public: true`
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +54,8 @@ from dpsql.text import is_plain
 TYPES = ("int", "float", "string", "bool", "date", "timestamp")
 NUMERIC_TYPES = ("int", "float")
 
-_TOP_KEYS = {"dataset", "tables", "budget", "description", "ledger", "analyst", "limits"}
+_TOP_KEYS = {"dataset", "tables", "budget", "description", "ledger", "analyst", "limits",
+             "database", "ledger_id"}
 _TABLE_KEYS = {
     "user_key",
     "row_privacy",
@@ -137,6 +142,13 @@ class Catalog:
     ledger: str | None = None
     #: The owner's pin of the analyst identity every connection is charged as.
     analyst: str | None = None
+    #: The owner's pin of the database (an absolute path or a URL): a connection naming
+    #: another database file or server is refused.
+    database: str | None = None
+    #: The owner's pin of the ledger's id: a ledger file replaced by another is refused.
+    ledger_id: str | None = None
+    #: The data set's accountant, ``"basic"`` or ``"zcdp"`` (see dpsql.accounting).
+    accountant: str = "basic"
     #: Resource limits on the work done before the charge (:mod:`dpsql.limits`).
     limits: Limits = field(default=DEFAULT_LIMITS, compare=False)
 
@@ -189,46 +201,78 @@ def _build(doc: Mapping[str, Any], origin: str) -> Catalog:
     budget, analysts = None, {}
     if doc.get("budget") is not None:
         bdoc = doc["budget"]
-        budget = _budget(bdoc, "catalog budget", {"epsilon", "delta", "analysts"})
+        budget = _budget(bdoc, "catalog budget", {"epsilon", "delta", "analysts",
+                                                  "accountant"})
+        accountant = bdoc.get("accountant", "basic")
+        if accountant not in ("basic", "zcdp"):
+            raise CatalogError(f"catalog budget: accountant must be basic or zcdp, got "
+                               f"{accountant!r}")
+        if accountant == "zcdp" and not budget[1] > 0:
+            raise CatalogError("catalog budget: the zcdp accountant needs delta > 0")
         adoc = bdoc.get("analysts") or {}
         if not isinstance(adoc, Mapping):
             raise CatalogError("catalog budget: 'analysts' must map analyst names to budgets")
         for name, value in adoc.items():
-            analysts[str(name)] = _budget(value, f"catalog budget of analyst {name!r}",
-                                          {"epsilon", "delta"})
-    return Catalog(tables, str(doc.get("dataset", "default")), budget, analysts, origin,
+            if not isinstance(name, str):
+                raise CatalogError(f"catalog budget: analyst name {name!r} is not text")
+            _analyst_pin(name, "catalog budget: an analyst")
+            analysts[name] = _budget(value, f"catalog budget of analyst {name!r}",
+                                     {"epsilon", "delta"})
+    else:
+        accountant = "basic"
+    dataset = doc.get("dataset", "default")
+    if not isinstance(dataset, str) or not dataset.strip() or dataset == "*" \
+            or not is_plain(dataset) or len(dataset) > 200:
+        raise CatalogError(f"catalog: dataset must be a printable name, got {dataset!r}")
+    ledger_id = doc.get("ledger_id")
+    if ledger_id is not None and not (isinstance(ledger_id, str) and ledger_id.isalnum()):
+        raise CatalogError(f"catalog: ledger_id must be the ledger's id, got {ledger_id!r}")
+    return Catalog(tables, dataset, budget, analysts, origin,
                    ledger=_ledger_pin(doc.get("ledger"), origin),
                    analyst=_analyst_pin(doc.get("analyst")),
+                   database=_database_pin(doc.get("database"), origin),
+                   ledger_id=ledger_id, accountant=accountant,
                    limits=Limits.from_mapping(doc.get("limits")))
 
 
-def _ledger_pin(value: Any, origin: str) -> str | None:
-    """The catalog's ``ledger:`` as an absolute path (relative: to the catalog's folder)."""
+def _ledger_pin(value: Any, origin: str, key: str = "ledger") -> str | None:
+    """The catalog's ``ledger:`` (or ``database:``) as an absolute path (relative: to the
+    catalog's folder), or a server URL as written."""
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise CatalogError(f"catalog: ledger must be a file path, got {value!r}")
+        raise CatalogError(f"catalog: {key} must be a file path or a URL, got {value!r}")
     if value == ":memory:":
-        # a pinned ledger exists to make spending outlive the connection
-        raise CatalogError("catalog: ledger cannot be ':memory:'; pin a file path")
+        # a pin exists to make spending outlive the connection, on the owner's data
+        raise CatalogError(f"catalog: {key} cannot be ':memory:'; pin a file path")
+    if "://" in value:
+        from dpsql.ledger import normalise_url
+
+        if normalise_url(value) is None:
+            raise CatalogError(f"catalog: {key} {value!r} is not a URL dpsql reads")
+        return value
     path = Path(value)
     if not path.is_absolute():
         if origin == "<dict>":
             raise CatalogError(
-                f"catalog: ledger {value!r} is relative, and a catalog given as a dict has "
+                f"catalog: {key} {value!r} is relative, and a catalog given as a dict has "
                 "no folder to resolve it against; give an absolute path")
         path = Path(origin).parent / path
     return str(path.resolve())
 
 
-def _analyst_pin(value: Any) -> str | None:
+def _database_pin(value: Any, origin: str) -> str | None:
+    return _ledger_pin(value, origin, "database")
+
+
+def _analyst_pin(value: Any, where: str = "catalog: analyst") -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip() or value == "*" \
-            or not is_plain(value):
+            or not is_plain(value) or len(value) > 200:
         raise CatalogError(
-            "catalog: analyst must be a name of printable characters ('*' is reserved), "
-            f"got {value!r}")
+            f"{where} must be a name of at most 200 printable characters ('*' is "
+            f"reserved), got {value if not isinstance(value, str) else value[:60]!r}")
     return value
 
 
@@ -238,6 +282,9 @@ def _budget(bdoc: Any, where: str, keys: set[str]) -> tuple[float, float]:
     _no_unknown_keys(bdoc, keys, where)
     eps = _number(bdoc.get("epsilon"), f"{where}: epsilon")
     delta = _number(bdoc.get("delta", 0.0), f"{where}: delta")
+    for x in (eps, delta):
+        if x != 0 and abs(x) < sys.float_info.min:
+            raise CatalogError(f"{where}: {x!r} is too small to be a usable number")
     if eps <= 0 or not 0 <= delta < 1:
         raise CatalogError(f"{where}: need epsilon > 0 and 0 <= delta < 1")
     return (eps, delta)

@@ -27,7 +27,13 @@ import sqlglot
 import yaml
 
 import dpsql
-from dpsql.errors import CatalogError, DpsqlError, QueryCancelled, UnknownTableError
+from dpsql.errors import (
+    CatalogError,
+    DpsqlError,
+    LedgerError,
+    QueryCancelled,
+    UnknownTableError,
+)
 from dpsql.text import escape
 
 DEMO_QUERIES = [
@@ -275,7 +281,7 @@ def shell(database, catalog, epsilon, delta, mechanism, alpha, ledger, analyst,
     sys.exit(status)
 
 
-def _ledger_path(ledger, database) -> Path:
+def _ledger_path(ledger, database) -> str:
     """--ledger, else --database's default ledger, else the service's DPSQL_LEDGER pin."""
     import os
 
@@ -283,26 +289,34 @@ def _ledger_path(ledger, database) -> Path:
     from dpsql.ledger import LEDGER_ENV
 
     if ledger:
-        return Path(ledger)
+        return str(ledger)
     if database is not None:
-        return default_ledger_path(database)
+        return str(default_ledger_path(database))
     if os.environ.get(LEDGER_ENV):
-        return Path(os.environ[LEDGER_ENV])
+        return os.environ[LEDGER_ENV]
     raise click.UsageError(f"give --ledger PATH or --database PATH (or set {LEDGER_ENV})")
 
 
-def _ledger(ledger, database):
+def _ledger(ledger, database, readonly: bool = False, create: bool = False):
+    """The ledger an owner command works on. Reading commands open it read-only (a
+    read-only file works); only ``init`` and ``set`` may create one, and never over an
+    existing file."""
     from dpsql.ledger import Ledger
 
-    path = _ledger_path(ledger, database)
-    if not path.exists():
-        raise click.UsageError(f"no ledger at {path}")
-    return Ledger(path)
+    try:
+        path = _ledger_path(ledger, database)
+        if "://" not in path and not create and not Path(path).exists():
+            raise click.UsageError(f"no ledger at {path}")
+        led = Ledger(path, readonly=readonly, create=create)
+    except DpsqlError as exc:
+        _fail(exc)
+    click.get_current_context().call_on_close(led.close)  # also under CliRunner
+    return led
 
 
 _LEDGER_OPTIONS = [
-    click.option("--ledger", type=click.Path(dir_okay=False), default=None,
-                 help="Ledger file (default: the DPSQL_LEDGER pin, if set)."),
+    click.option("--ledger", default=None,
+                 help="Ledger file or PostgreSQL URL (default: the DPSQL_LEDGER pin, if set)."),
     click.option("--database", "-d", default=None,
                  help="Database whose default ledger (<database>.ledger.sqlite) to use."),
 ]
@@ -314,64 +328,84 @@ def _ledger_options(fn):
     return fn
 
 
+def _float(value: str, what: str) -> float:
+    """An owner's number from the command line, validated like every budget."""
+    from dpsql.ledger import real_number
+
+    try:
+        return real_number(float(value), what)
+    except ValueError:
+        raise click.BadParameter(f"{what} must be a number, got {value!r}") from None
+
+
 @main.group()
 def budget() -> None:
-    """Show and manage privacy budgets in a ledger.
+    """Show, check and manage privacy budgets in a ledger.
 
     Whoever can write the ledger file can change budgets: its file permissions are the
-    data owner's control.
+    data owner's control. With DPSQL_LEDGER_KEY set, the ledger's entries, totals and
+    budgets are HMAC-keyed, so only the key's holder can rewrite them undetected.
     """
 
 
 #: What the zCDP line of ``budget show`` means, in words.
 ZCDP_NOTE = (
-    "(*) zCDP bound: the same queries' privacy loss added up a second way, as\n"
-    "    zero-concentrated DP (rho), then converted to an epsilon using the total's delta.\n"
-    "    Both bounds are valid and the smaller applies: a query is admitted when either\n"
-    "    stays within the total, so with a zCDP bound below 'spent' more fits than\n"
-    "    'remaining' shows (typical for many small or Gaussian queries).")
+    "(*) zCDP: this data set admits queries by zero-concentrated DP (rho adds up, then\n"
+    "    converts to an epsilon using the total's delta); 'remaining' is what that bound\n"
+    "    leaves. One accountant per data set: see dpsql.accounting for the theorem.")
 
 
 @budget.command("show")
 @_ledger_options
 @click.option("--dataset", default=None, help="Only this data set.")
 def budget_show(ledger, database, dataset) -> None:
-    """Totals, spending and what remains, per data set and analyst."""
+    """Totals, spending and what remains, per data set and analyst (read-only)."""
     from dpsql.accounting import Accounting
     from dpsql.ledger import ALL
 
+    led = _ledger(ledger, database, readonly=True)
     try:
-        led = _ledger(ledger, database)
+        rows = led.budgets(dataset)
+        counts = {(d, a): (n, c) for d, a, n, c in led.refusal_counts(dataset)}
+        click.echo(f"ledger {escape(led.path)} (id {led.id}, "
+                   f"{'keyed' if led.keyed else 'not keyed'})")
+        if not rows:
+            click.echo("no budgets set")
+            return
+        bindings = led.bindings()
+        zcdp_shown = False
+        for ds in sorted({r[0] for r in rows}):
+            totals = {a: (e, d, src) for d_, a, e, d, src in rows if d_ == ds}
+            accountant = led.accountant(ds)
+            where = bindings.get(ds)
+            click.secho(f"data set {escape(ds)} ({accountant} composition"
+                        + (f"; database {escape(where.get('path') or where.get('url'))}"
+                           if where else "") + ")", bold=True)
+            spenders = {a for d_, a in led.spenders() if d_ == ds}
+            names = [ALL] + sorted((set(totals) | spenders | {a for d_, a in counts
+                                                              if d_ == ds}) - {ALL})
+            for name in names:
+                s = led.spent(ds, None if name == ALL else name)
+                who = "all analysts" if name == ALL else f"analyst {escape(name)}"
+                line = f"  {who:<24} spent epsilon={s.basic[0]:g}, delta={s.basic[1]:g}"
+                if name in totals:
+                    e, d, src = totals[name]
+                    left = Accounting((e, d), accountant).remaining(s)
+                    line += (f"; total epsilon={e:g}, delta={d:g} ({src}); remaining "
+                             f"epsilon={left[0]:g}, delta={left[1]:g}")
+                    if accountant == "zcdp" and s.rho > 0:
+                        line += f"; zCDP epsilon={s.zcdp_epsilon(d):.4g} (*)"
+                        zcdp_shown = True
+                if (ds, name) in counts:
+                    stored, dropped = counts[(ds, name)]
+                    line += f"; refused {stored + dropped}"
+                    if dropped:
+                        line += f" ({dropped} counted only)"
+                click.echo(line)
+        if zcdp_shown:
+            click.echo(ZCDP_NOTE)
     except DpsqlError as exc:
         _fail(exc)
-    rows = led.budgets(dataset)
-    if not rows:
-        click.echo("no budgets set")
-        return
-    datasets = sorted({r[0] for r in rows})
-    analysts_by_ds = {}
-    for entry in led.log(None, limit=10**9):
-        analysts_by_ds.setdefault(entry["dataset"], set()).add(entry["analyst"])
-    zcdp_shown = False
-    for ds in datasets:
-        totals = {a: (e, d, src) for d_, a, e, d, src in rows if d_ == ds}
-        click.secho(f"data set {escape(ds)}", bold=True)
-        names = [ALL] + sorted((set(totals) | analysts_by_ds.get(ds, set())) - {ALL})
-        for name in names:
-            s = led.spent(ds, None if name == ALL else name)
-            who = "all analysts" if name == ALL else f"analyst {escape(name)}"
-            line = f"  {who:<24} spent epsilon={s.basic[0]:g}, delta={s.basic[1]:g}"
-            if name in totals:
-                e, d, src = totals[name]
-                left = Accounting((e, d)).remaining(s)
-                line += (f"; total epsilon={e:g}, delta={d:g} ({src}); remaining "
-                         f"epsilon={left[0]:g}, delta={left[1]:g}")
-                if d > 0 and s.rho > 0:
-                    line += f"; zCDP bound epsilon={s.zcdp_epsilon(d):.4g} (*)"
-                    zcdp_shown = True
-            click.echo(line)
-    if zcdp_shown:
-        click.echo(ZCDP_NOTE)
 
 
 @budget.command("log")
@@ -379,54 +413,150 @@ def budget_show(ledger, database, dataset) -> None:
 @click.option("--dataset", default=None, help="Only this data set.")
 @click.option("--limit", type=int, default=50, show_default=True, help="Newest N entries.")
 def budget_log(ledger, database, dataset, limit) -> None:
-    """The audit log: every query with its time, analyst, cost and outcome.
+    """The audit log, newest first by insertion: every query with its time, analyst,
+    cost and outcome (read-only).
 
     One line per entry: control characters in the SQL, the analyst name or the error
     (a newline, an ANSI escape, a bidi override) print as visible escapes, so a query
-    cannot forge an entry or hide one.
+    cannot forge an entry or hide one. A long query shows its first characters, its
+    length and its SHA-256.
     """
-    led = _ledger(ledger, database)
-    for e in led.log(dataset, limit):
+    led = _ledger(ledger, database, readonly=True)
+    try:
+        entries = led.log(dataset, limit)
+    except DpsqlError as exc:
+        _fail(exc)
+    for e in entries:
         detail = f"  [{escape(e['detail'])}]" if e["detail"] else ""
-        click.echo(f"{escape(e['time'])}  {escape(e['dataset'])}  {escape(e['analyst'])}  "
-                   f"{escape(e['outcome']):<8}  epsilon={e['epsilon']:g} "
-                   f"delta={e['delta']:g}  {escape(e['sql'])}{detail}")
+        sql = escape(e["sql"])
+        if e["sql_length"] > len(e["sql"]):
+            sql += f"... ({e['sql_length']} characters, sha256 {e['sql_hash'][:16]})"
+        click.echo(f"{escape(e['time'])}  {escape(e['dataset'])}  "
+                   f"{escape(e['analyst'])}  {escape(e['outcome']):<8}  "
+                   f"epsilon={e['epsilon']:g} delta={e['delta']:g}  {sql}{detail}")
+
+
+@budget.command("verify")
+@_ledger_options
+def budget_verify(ledger, database) -> None:
+    """Check the whole ledger: the hash chain of every entry, the checkpoint, the running
+    totals, budgets and bindings (read-only; exit status 1 on any mismatch)."""
+    led = _ledger(ledger, database, readonly=True)
+    try:
+        report = led.verify()
+    except DpsqlError as exc:
+        _fail(exc)
+    click.echo(f"ledger {escape(led.path)} (id {report['id']}, "
+               f"{'keyed' if report['keyed'] else 'not keyed'}): {report['entries']} entries, "
+               f"{report['charges']} charges, chain and totals verified")
+
+
+@budget.command("init")
+@click.option("--ledger", required=True, help="Ledger file or PostgreSQL URL to create.")
+def budget_init(ledger) -> None:
+    """Owner command: create an empty ledger (never over an existing file) and print its
+    id, to pin with the catalog's 'ledger_id:' or DPSQL_LEDGER_ID."""
+    from dpsql.ledger import Ledger
+
+    if "://" not in ledger and Path(ledger).exists():
+        _fail(LedgerError(f"{ledger!r} already exists; a ledger is never made over a file"))
+    try:
+        if "://" in ledger:
+            with contextlib.suppress(LedgerError):
+                Ledger(ledger, create=False, readonly=True).close()
+                _fail(LedgerError("that schema already holds a ledger"))
+        led = Ledger(ledger, create=True)
+    except DpsqlError as exc:
+        _fail(exc)
+    led.close()
+    click.echo(f"created ledger {escape(led.path)} with id {led.id}")
 
 
 @budget.command("set")
 @_ledger_options
 @click.option("--dataset", required=True, help="Data set name (the catalog's 'dataset').")
 @click.option("--analyst", default=None, help="Set this analyst's own total instead.")
-@click.option("--epsilon", type=float, required=True)
-@click.option("--delta", type=float, default=0.0, show_default=True)
-def budget_set(ledger, database, dataset, analyst, epsilon, delta) -> None:
-    """Owner command: set a data set's (or an analyst's) total budget."""
-    from dpsql.ledger import ALL, Ledger
+@click.option("--epsilon", required=True)
+@click.option("--delta", default="0", show_default=True)
+@click.option("--accountant", type=click.Choice(["basic", "zcdp"]), default=None,
+              help="The data set's admission rule (default: keep it; basic for a new one). "
+                   "Cannot change once the data set has charges.")
+def budget_set(ledger, database, dataset, analyst, epsilon, delta, accountant) -> None:
+    """Owner command: set a data set's (or an analyst's) total budget (creates the ledger
+    where no file exists)."""
+    from dpsql.ledger import ALL, check_analyst
 
+    total = (_float(epsilon, "--epsilon"), _float(delta, "--delta"))
     try:
-        led = Ledger(_ledger_path(ledger, database))
-        led.set_budget(dataset, (epsilon, delta), analyst or ALL)
+        if analyst is not None:  # '*' is the data set's total: say it by leaving it out
+            check_analyst(analyst, "--analyst")
     except DpsqlError as exc:
         _fail(exc)
-    click.echo(f"set {dataset} {analyst or 'total'}: epsilon={epsilon:g}, delta={delta:g}")
+    led = _ledger(ledger, database, create=True)
+    try:
+        led.set_budget(dataset, total, analyst if analyst is not None else ALL, accountant)
+    except DpsqlError as exc:
+        _fail(exc)
+    click.echo(f"set {escape(dataset)} {escape(analyst) if analyst else 'total'}: "
+               f"epsilon={total[0]:g}, delta={total[1]:g}")
 
 
 @budget.command("grant")
 @_ledger_options
 @click.option("--dataset", required=True, help="Data set name.")
 @click.option("--analyst", default=None, help="Raise this analyst's own total instead.")
-@click.option("--epsilon", type=float, required=True, help="Epsilon to add.")
-@click.option("--delta", type=float, default=0.0, show_default=True, help="Delta to add.")
+@click.option("--epsilon", required=True, help="Epsilon to add.")
+@click.option("--delta", default="0", show_default=True, help="Delta to add.")
 def budget_grant(ledger, database, dataset, analyst, epsilon, delta) -> None:
     """Owner command: add to a data set's (or an analyst's) total budget."""
-    from dpsql.ledger import ALL
+    from dpsql.ledger import ALL, check_analyst
 
+    extra = (_float(epsilon, "--epsilon"), _float(delta, "--delta"))
     try:
-        _ledger(ledger, database).grant(dataset, (epsilon, delta), analyst or ALL)
+        if analyst is not None:
+            check_analyst(analyst, "--analyst")
     except DpsqlError as exc:
         _fail(exc)
-    click.echo(f"granted {dataset} {analyst or 'total'}: +epsilon={epsilon:g}, "
-               f"+delta={delta:g}")
+    led = _ledger(ledger, database)
+    try:
+        led.grant(dataset, extra, analyst if analyst is not None else ALL)
+    except DpsqlError as exc:
+        _fail(exc)
+    click.echo(f"granted {escape(dataset)} {escape(analyst) if analyst else 'total'}: "
+               f"+epsilon={extra[0]:g}, +delta={extra[1]:g}")
+
+
+@budget.command("rebind")
+@click.option("--ledger", required=True, help="Ledger file or PostgreSQL URL.")
+@click.option("--dataset", required=True, help="Data set name.")
+@click.option("--to", "target", required=True, help="The data set's database now.")
+def budget_rebind(ledger, dataset, target) -> None:
+    """Owner command: the data set's database moved; bind its budget to the new one."""
+    from dpsql.ledger import database_identity
+
+    identity = database_identity(target)
+    if identity is None:
+        _fail(LedgerError(f"{target!r} is not a database file or server URL"))
+    led = _ledger(ledger, None)
+    try:
+        led.bind(dataset, identity, rebind=True)
+    except DpsqlError as exc:
+        _fail(exc)
+    click.echo(f"data set {escape(dataset)} now belongs to {escape(target)}")
+
+
+@budget.command("migrate")
+@click.option("--from", "source", required=True, help="A version-1 ledger file.")
+@click.option("--to", "target", required=True, help="The new ledger file (must not exist).")
+def budget_migrate(source, target) -> None:
+    """Owner command: copy a version-1 ledger (budgets and charges) into a new file."""
+    from dpsql.ledger import migrate_v1
+
+    try:
+        n = migrate_v1(source, target)
+    except DpsqlError as exc:
+        _fail(exc)
+    click.echo(f"migrated {n} charges into {escape(target)}")
 
 
 @main.command()

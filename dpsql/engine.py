@@ -15,10 +15,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import getpass
 import logging
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +88,9 @@ def connect(
 
     Args:
         database: a DuckDB file path (opened read-only), ``":memory:"``, or an open
-            ``duckdb.DuckDBPyConnection``.
+            ``duckdb.DuckDBPyConnection``; None when the owner pinned the database (the
+            catalog's ``database:``, or ``DPSQL_DATABASE``), which is then the only one
+            accepted (the same file by device and inode, or the same server).
         catalog: a catalog YAML path, a dict, or a loaded :class:`~dpsql.catalog.Catalog`;
             None only when the owner pinned one (``DPSQL_CATALOG``), which is then the
             only one accepted.
@@ -94,11 +98,13 @@ def connect(
             owner has set no budget for the data set (in the catalog or the ledger) and
             the ledger is not pinned, the first connection's ``budget`` becomes the data
             set's total in the ledger.
-        ledger: the ledger file that persists spending (default: beside the database
-            file, ``<database>.ledger.sqlite``); ``":memory:"`` for a budget that lives
-            only as long as this connection, or a :class:`~dpsql.ledger.Ledger`. When the
-            owner pinned the ledger (the catalog's ``ledger:``, or ``DPSQL_LEDGER``),
-            leave it unset: any other ledger, ``":memory:"`` included, is refused.
+        ledger: the ledger that persists spending (default: beside the database's real
+            file, ``<database>.ledger.sqlite``); a PostgreSQL URL
+            (``postgresql+psycopg://...``) for a ledger shared by several hosts;
+            ``":memory:"`` for a budget that lives only as long as this connection, or a
+            :class:`~dpsql.ledger.Ledger`. When the owner pinned the ledger (the
+            catalog's ``ledger:``, or ``DPSQL_LEDGER``), leave it unset: any other
+            ledger, ``":memory:"`` included, is refused, and the pinned one must exist.
         analyst: whose per-analyst budget applies (default: the OS user name); when the
             owner pinned it (the catalog's ``analyst:``, or ``DPSQL_ANALYST``), leave it
             unset: any other name is refused.
@@ -109,17 +115,26 @@ def connect(
     Raises:
         CatalogError: the catalog is malformed.
         BackendError: the database cannot be opened.
-        LedgerError: the ledger cannot be opened, or is not a dpsql ledger; or the
-            connection asks for another catalog, ledger or analyst than the owner pinned
+        LedgerError: the ledger cannot be opened, is not a dpsql ledger, or fails its
+            checks; the data set belongs to another database in it; or the connection
+            asks for another catalog, database, ledger or analyst than the owner pinned
             (see :mod:`dpsql.ledger`), refused before anything is opened.
-        PrivacyParameterError: no budget anywhere, or an invalid one.
+        PrivacyParameterError: no budget anywhere, or an invalid one (budgets must be
+            real numbers: finite, not bool or text, ε > 0, 0 ≤ δ < 1).
     """
     return Connection(database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha,
                       mechanism=mechanism)
 
 
 def default_ledger_path(database: Any) -> Path:
-    """Where a database's ledger lives by default: ``<database file>.ledger.sqlite``."""
+    """Where a database's ledger lives by default: ``<database file>.ledger.sqlite``
+    beside the database's real path (symlinks resolved), so every name of one database
+    file reaches one ledger.
+
+    Raises:
+        LedgerError: the database has no file (memory, server, Spark), or its file has
+            a second hard link (two names, no single place for one ledger).
+    """
     path = None
     if isinstance(database, duckdb.DuckDBPyConnection):
         row = database.execute("SELECT path FROM duckdb_databases() "
@@ -135,7 +150,14 @@ def default_ledger_path(database: Any) -> Path:
             "ledger: pass ledger=PATH, or ledger=':memory:' for a budget that lasts only "
             "as long as this connection"
         )
-    path = Path(path)
+    path = Path(os.path.realpath(path))
+    with contextlib.suppress(OSError):
+        links = os.stat(path).st_nlink
+        if links > 1:
+            raise LedgerError(
+                f"database file {str(path)!r} has {links} hard links, so it has no single "
+                "place for its default ledger (each name would get a fresh budget): pass "
+                "ledger=PATH, or have the owner pin it (see dpsql.ledger)")
     return path.with_name(path.name + ".ledger.sqlite")
 
 
@@ -148,7 +170,15 @@ class Connection:
     def __init__(self, database: Any, catalog: Any = None, budget=None, *, ledger=None,
                  analyst: str | None = None, alpha: float = 0.05,
                  mechanism: str = "laplace"):
-        from dpsql.ledger import apply_pins, check_analyst, pinned_catalog, pins
+        from dpsql.ledger import (
+            apply_database_pin,
+            apply_pins,
+            check_analyst,
+            check_budget,
+            database_identity,
+            pinned_catalog,
+            pins,
+        )
 
         # The owner's pins come first: a connection that asks for another catalog,
         # ledger or analyst is refused before a ledger or a database is opened (a fresh
@@ -159,10 +189,11 @@ class Connection:
                                "Catalog")
         self._catalog = load_catalog(catalog)
         pinned = pins(self._catalog)
+        database = apply_database_pin(pinned, database)
         ledger, analyst = apply_pins(pinned, ledger, analyst)
         self._ledger_pinned = pinned.ledger is not None
-        if budget is not None and not (isinstance(budget, tuple | list) and len(budget) == 2):
-            raise PrivacyParameterError(f"budget must be an (epsilon, delta) pair, got {budget!r}")
+        if budget is not None:
+            budget = check_budget(budget, "connection budget")
         if not 0 < alpha < 1:
             raise PrivacyParameterError(f"alpha must be in (0, 1), got {alpha}")
         if mechanism not in ("laplace", "gaussian"):
@@ -176,12 +207,17 @@ class Connection:
         self._owns_ledger = not isinstance(ledger, Ledger)
         _check_database_file(database)  # a missing database gets no ledger file either
         if self._owns_ledger:
-            ledger = Ledger(default_ledger_path(database) if ledger is None else ledger)
+            # a pinned ledger is the owner's to create: missing, it is refused, never new
+            ledger = Ledger(default_ledger_path(database) if ledger is None else ledger,
+                            create=not self._ledger_pinned, expect_id=pinned.ledger_id)
+        elif pinned.ledger_id is not None and ledger.id != pinned.ledger_id:
+            raise LedgerError(f"ledger {ledger.path!r} is not the pinned ledger "
+                              f"{pinned.ledger_id}")
         self._ledger = ledger
         try:
+            ledger.bind(self._dataset, database_identity(database))
             self._seed_budgets(budget)
-            self._cap = None if budget is None else ((float(budget[0]), float(budget[1])),
-                                                     [])
+            self._cap = None if budget is None else (budget, [])
             self._backend: Backend | None = open_backend(database, limits=self._catalog.limits)
         except BaseException:
             if self._owns_ledger:  # a refused connection leaves no ledger file open
@@ -193,7 +229,8 @@ class Connection:
     def _seed_budgets(self, budget) -> None:
         cat = self._catalog
         if cat.budget is not None:
-            self._ledger.ensure_budget(self._dataset, cat.budget, ALL, "catalog")
+            self._ledger.ensure_budget(self._dataset, cat.budget, ALL, "catalog",
+                                       cat.accountant)
         for name, total in cat.analyst_budgets.items():
             self._ledger.ensure_budget(self._dataset, total, name, "catalog")
         if not any(a == ALL for _, a, *_ in self._ledger.budgets(self._dataset)):
@@ -280,8 +317,12 @@ class Connection:
             raise err from None
         except KeyboardInterrupt:  # Ctrl-C before the charge: nothing was spent
             raise QueryCancelled(charged=False) from None
-        charge = self._ledger.charge(self._dataset, self._analyst, plan.charge, text,
-                                     self._cap)
+        try:
+            charge = self._ledger.charge(self._dataset, self._analyst, plan.charge, text,
+                                         self._cap)
+        except KeyboardInterrupt:  # Ctrl-C in the charge: it may have committed
+            raise QueryCancelled("query cancelled while it was being charged; the charge "
+                                 "may have been recorded (see dpsql budget log)") from None
         try:
             if plan.stats or plan.selection is not None:
                 columns, rows = backend.execute(expression)
@@ -311,7 +352,10 @@ class Connection:
         except BaseException:
             self._ledger.finish(charge, "failed", "interrupted")
             raise
-        self._ledger.finish(charge, "answered")
+        try:
+            self._ledger.finish(charge, "answered")
+        except KeyboardInterrupt:  # Ctrl-C after the answer: the charge is kept
+            raise QueryCancelled() from None
         return Result(
             columns=answer.columns,
             rows=answer.rows,

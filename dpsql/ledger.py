@@ -1,35 +1,78 @@
-"""The persistent, atomic privacy-budget ledger (SQLite, standard library).
+"""The persistent, atomic, tamper-evident privacy-budget ledger (SQLite or PostgreSQL).
 
-One ledger file holds, per data set, the owner's total budget and optional per-analyst
-budgets, every charge, and an audit log of every query. The rules:
+One ledger holds, per data set, the owner's total budget and optional per-analyst
+budgets, the running totals of what was spent, and an audit log of every query. The
+rules:
 
 * **Charge before release.** ``charge`` checks that the query fits and records it in
-  one ``BEGIN IMMEDIATE`` transaction, before the backend reads any data. SQLite's
-  write lock serialises every writer across threads and processes, so two queries can
-  never both spend the last of a budget.
+  one write transaction, before the backend reads any data: SQLite's ``BEGIN
+  IMMEDIATE`` write lock, or on PostgreSQL a row lock (``SELECT ... FOR UPDATE``) on the
+  ledger's identity row, serialises every writer across threads, processes and hosts,
+  so two queries can never both spend the last of a budget.
+* **Constant-time admission.** The sums the accountants need (Σε, Σδ, Σρ and ρ's δ) are
+  kept as running totals per (data set, analyst) and per data set (analyst ``*``),
+  updated in the same transaction as the charge: a charge reads and writes a handful
+  of rows whatever the ledger's age. The history stays, for audit and verification.
 * **Failures keep their charge.** A query that fails after its charge is logged as
-  ``failed``, one cancelled while it ran (Ctrl-C) as ``cancelled``; the charge stays (a
-  data-dependent failure is information, and so is how far a query got).
-* **Refusals charge nothing.** A query refused before reading data is logged as
-  ``refused`` with cost 0.
-* **Crash safety.** WAL journaling with ``synchronous=FULL``: a committed charge
-  survives a killed process, and a killed process never leaves a half-written one.
+  ``failed``, one cancelled while it ran (Ctrl-C) as ``cancelled``; the charge stays.
+  If even that outcome cannot be written (a full disk), the charge still stands and the
+  failure goes to the owner's log (logger ``dpsql.owner``).
+* **Refusals charge nothing and are bounded.** A query refused before reading data is
+  logged as ``refused`` with cost 0, its text kept as a SHA-256 and the first
+  :data:`SQL_KEPT` characters; past :data:`REFUSAL_CAP` stored refusals per analyst
+  they are only counted. A query is never refused because the log is full.
+* **Never forget.** A new ledger is made only where no file exists (an empty or foreign
+  file is a :class:`~dpsql.errors.LedgerError`, never a fresh budget); it is created
+  complete and linked into place atomically. Its real path is used (a symlink resolves
+  to it), a file with a second hard link is refused (SQLite's locks follow the name),
+  and every charge checks, inside its transaction, that the file at the path is still
+  the one opened (device and inode) and still carries the ledger's random id: a ledger
+  deleted or replaced under an open connection stops it before the next charge.
+* **Tamper evidence.** Every entry carries the hash of the one before (a chain); with an
+  owner secret (:data:`KEY_ENV`) the hashes are HMACs, and so are the budgets, the
+  running totals and the data-set bindings, so only the key holder can rewrite them
+  undetected. At open the entries since the last verified checkpoint are checked and
+  summed onto the checkpoint's totals, which must equal the running totals exactly
+  (incremental: each entry is verified once by some open, not O(history) per open);
+  ``dpsql budget verify`` checks the whole chain. Every stored cost must be finite and
+  non-negative, or the ledger refuses.
+* **Clean failures.** A full disk, a read-only file, a lock held past the owner's
+  timeout (:data:`TIMEOUT_ENV`, default 60 s) or a corrupt file is a ``LedgerError``,
+  raised before any data is read.
+* **Crash safety.** SQLite WAL with ``synchronous=FULL``: a committed charge survives a
+  killed process, and a killed process never leaves a half-written one.
 
-Whoever can write the ledger file can change budgets: the file's permissions are the
-data owner's control. Analysts' processes need write access to record charges, so
-deploy dpsql behind a service account when analysts must not edit the file directly.
+**What a ledger cannot detect on its own.** Without the owner's key, anyone who can
+write the file can rewrite it consistently (the chain then only catches accidents:
+bit flips, truncation, naive edits). Even with the key, the file as a whole can be
+rolled back to an older copy, or deleted while no connection has it open; when the
+ledger is not pinned, the next connection then starts a fresh budget. Pinning the
+ledger (which must then exist; creating it is the owner's act) and its id
+(:data:`LEDGER_ID_ENV`, the catalog's ``ledger_id:``) turns a deleted or replaced file
+into a refusal; a rollback stays undetectable from inside the file, so the owner keeps
+the file where analysts cannot write it (behind ``dpsql serve``).
 
-**Pins.** A connection names its ledger and analyst (``connect(..., ledger=...,
-analyst=...)``, or a SQLAlchemy URL's ``?ledger=...&analyst=...``); a fresh ledger is a
-fresh budget. When analysts can choose those arguments, the owner pins them, either in
-the catalog (``ledger: PATH``, relative to the catalog file, and ``analyst: NAME``) or
-in the environment the service process starts with (:data:`LEDGER_ENV`,
-:data:`ANALYST_ENV`, and :data:`CATALOG_ENV`, which pins the catalog itself). The
-environment wins over the catalog. Under a pin, a connection that names another ledger
-(``":memory:"`` included), another analyst or another catalog is refused with a
+**Data sets and databases.** Each data set in a ledger is bound, at its first
+connection, to the identity of its database (a file's device, inode and real path; a
+server's normalised URL). A connection to another database under the same data set name
+(e.g. two databases whose catalogs leave ``dataset:`` at ``"default"``) is refused: give
+each its own ``dataset:`` or ledger, or, when the database really moved, the owner runs
+``dpsql budget rebind``. A database file rebuilt at the same path (a new inode) is the
+owner's new version of the same database and keeps its budget.
+
+**Pins.** A connection names its database, ledger and analyst; a fresh ledger is a fresh
+budget. When analysts can choose those arguments, the owner pins them, either in the
+catalog (``database:``, ``ledger:``, both relative to the catalog file, ``ledger_id:``
+and ``analyst:``) or in the environment the service process starts with
+(:data:`DATABASE_ENV`, :data:`LEDGER_ENV`, :data:`LEDGER_ID_ENV`, :data:`ANALYST_ENV`,
+and :data:`CATALOG_ENV`, which pins the catalog itself). The environment wins over the
+catalog. Under a pin, a connection that names another database (compared by device and
+inode for files, by normalised URL for servers), another ledger (``":memory:"``
+included), another analyst or another catalog is refused with a
 :class:`~dpsql.errors.LedgerError` before anything is opened; one that names none gets
-the pinned one; and a connection's ``budget=`` is only a cap, never the data set's
-total (only the owner sets that: the catalog's ``budget:`` or ``dpsql budget set``).
+the pinned one; a pinned ledger must already exist; and a connection's ``budget=`` is
+only a cap, never the data set's total (only the owner sets that: the catalog's
+``budget:`` or ``dpsql budget set``).
 
 >>> led = Ledger(":memory:")
 >>> led.ensure_budget("pums", (1.0, 1e-6))
@@ -41,200 +84,1046 @@ total (only the owner sets that: the catalog's ``budget:`` or ``dpsql budget set
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import math
 import os
+import secrets
 import sqlite3
+import sys
 import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dpsql.accounting import Accounting, Cost, Spent, spent
+from dpsql.accounting import ACCOUNTANTS, NOTHING, Accounting, Cost, Spent
 from dpsql.errors import BudgetExhaustedError, LedgerError, PrivacyParameterError
-from dpsql.text import is_plain
+from dpsql.text import escape, is_plain
 
 FORMAT = "dpsql-ledger"
-VERSION = "1"
+VERSION = "2"
 ALL = "*"  # analyst key of a data set's total budget
 
-#: Environment variable of the service process: the only ledger file (absolute path).
+#: Environment variable of the service process: the only ledger (absolute path or URL).
 LEDGER_ENV = "DPSQL_LEDGER"
+#: Environment variable of the service process: the pinned ledger's id.
+LEDGER_ID_ENV = "DPSQL_LEDGER_ID"
 #: Environment variable of the service process: the only analyst identity.
 ANALYST_ENV = "DPSQL_ANALYST"
 #: Environment variable of the service process: the only catalog file (absolute path).
 CATALOG_ENV = "DPSQL_CATALOG"
+#: Environment variable of the service process: the only database (absolute path or URL).
+DATABASE_ENV = "DPSQL_DATABASE"
+#: The owner's secret that keys the ledger's hashes (HMAC-SHA256).
+KEY_ENV = "DPSQL_LEDGER_KEY"
+#: Seconds a charge waits for the ledger's lock before a LedgerError (default 60).
+TIMEOUT_ENV = "DPSQL_LEDGER_TIMEOUT"
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS budgets (
-    dataset TEXT NOT NULL, analyst TEXT NOT NULL,
-    epsilon REAL NOT NULL, delta REAL NOT NULL, source TEXT NOT NULL, updated TEXT NOT NULL,
-    PRIMARY KEY (dataset, analyst));
-CREATE TABLE IF NOT EXISTS charges (
-    id INTEGER PRIMARY KEY, time TEXT NOT NULL, dataset TEXT NOT NULL,
-    analyst TEXT NOT NULL, epsilon REAL NOT NULL, delta REAL NOT NULL,
-    rho REAL NOT NULL, rho_delta REAL NOT NULL, sql TEXT NOT NULL,
-    outcome TEXT NOT NULL, detail TEXT);
-CREATE TABLE IF NOT EXISTS refusals (
-    id INTEGER PRIMARY KEY, time TEXT NOT NULL, dataset TEXT NOT NULL,
-    analyst TEXT NOT NULL, sql TEXT NOT NULL, detail TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS charges_by_dataset ON charges (dataset, analyst);
-"""
+#: Characters of a refused query's text kept in the log (with its SHA-256 and length).
+SQL_KEPT = 300
+#: Characters of a charged query's text kept in the log (with its SHA-256 and length).
+CHARGED_SQL_KEPT = 65536
+#: Refusals stored per (data set, analyst); past it they are only counted.
+REFUSAL_CAP = 1000
+#: Longest analyst name accepted.
+MAX_NAME = 200
+#: A charge that finds this many entries past the checkpoint verifies them and moves
+#: the checkpoint, so an open never has more than about this many entries to verify,
+#: however long a connection ran before it (the one charge takes ~0.1 s more).
+CHECKPOINT_EVERY = 10_000
+
+_log = logging.getLogger("dpsql.owner")
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-class Ledger:
-    """A ledger file (or ``":memory:"``, only when asked for explicitly)."""
+# -- numbers ----------------------------------------------------------------------------
 
-    def __init__(self, path: str | Path):
-        self.path = str(path)
-        self._lock = threading.Lock()
-        if self.path != ":memory:":
-            p = Path(self.path)
-            if p.is_dir():
-                raise LedgerError(f"ledger path {self.path!r} is a directory")
-            if not p.parent.exists():
-                raise LedgerError(f"ledger directory {str(p.parent)!r} does not exist")
+
+def real_number(value: Any, what: str) -> float:
+    """``value`` as a finite, normal float, or a PrivacyParameterError.
+
+    Accepts int, float, Decimal, Fraction and numpy integer/floating scalars; refuses
+    bool, text, NaN, infinities and subnormal magnitudes (below 2.2e-308, where a
+    float has lost precision and 1/x overflows).
+    """
+    np = sys.modules.get("numpy")
+    ok = (int, float, Decimal, Fraction)
+    if np is not None:
+        ok = (*ok, np.integer, np.floating)
+        if isinstance(value, np.bool_):
+            ok = ()
+    if isinstance(value, bool) or not isinstance(value, ok):
+        raise PrivacyParameterError(f"{what} must be a real number, got {value!r}")
+    try:
+        x = float(value)
+    except (OverflowError, ValueError):
+        raise PrivacyParameterError(f"{what} must be a finite number, got {value!r}") \
+            from None
+    if not math.isfinite(x):
+        raise PrivacyParameterError(f"{what} must be a finite number, got {value!r}")
+    if x != 0 and abs(x) < sys.float_info.min:
+        raise PrivacyParameterError(f"{what} is too small to be a usable number: {value!r}")
+    return x
+
+
+def check_budget(total: Any, what: str = "budget") -> tuple[float, float]:
+    """An (epsilon, delta) budget as two floats: ε > 0 finite, 0 ≤ δ < 1.
+
+    Raises:
+        PrivacyParameterError: it is not such a pair.
+    """
+    if isinstance(total, str | bytes) or not hasattr(total, "__len__") or len(total) != 2:
+        raise PrivacyParameterError(f"a {what} is an (epsilon, delta) pair, got {total!r}")
+    eps = real_number(total[0], f"{what} epsilon")
+    delta = real_number(total[1], f"{what} delta")
+    if not eps > 0 or not 0 <= delta < 1:
+        raise PrivacyParameterError(
+            f"a {what} needs epsilon > 0 and 0 <= delta < 1, got ({eps}, {delta})")
+    return (eps, delta)
+
+
+def _check_extra(extra: Any) -> tuple[float, float]:
+    if isinstance(extra, str | bytes) or not hasattr(extra, "__len__") or len(extra) != 2:
+        raise PrivacyParameterError(f"a grant is an (epsilon, delta) pair, got {extra!r}")
+    e = real_number(extra[0], "grant epsilon")
+    d = real_number(extra[1], "grant delta")
+    if e < 0 or d < 0:
+        raise PrivacyParameterError(f"a grant adds, it cannot be negative: ({e}, {d})")
+    return (e, d)
+
+
+def _check_cost(cost: Cost) -> tuple[float, float, float, float]:
+    parts = cost.parts
+    if not all(math.isfinite(x) and x >= 0 for x in parts):
+        raise LedgerError(f"refusing to record a cost that is not finite and non-negative: "
+                          f"{parts}")
+    return parts
+
+
+def check_analyst(name: Any, where: str = "analyst") -> None:
+    """An analyst name: printable text, at most :data:`MAX_NAME` characters, not ``'*'``.
+
+    Raises:
+        LedgerError: it is not.
+    """
+    if (not isinstance(name, str) or not name.strip() or name == ALL or not is_plain(name)
+            or len(name) > MAX_NAME):
+        shown = name if not isinstance(name, str) or len(name) <= 60 else name[:60] + "..."
+        raise LedgerError(
+            f"{where} must be a name of at most {MAX_NAME} printable characters ('*' is "
+            f"reserved for the data set's total), got {shown!r}")
+
+
+def check_dataset(name: Any, where: str = "data set") -> None:
+    """A data set name: the same rule as analysts' names."""
+    if (not isinstance(name, str) or not name.strip() or name == ALL or not is_plain(name)
+            or len(name) > MAX_NAME):
+        raise LedgerError(f"{where} must be a name of at most {MAX_NAME} printable "
+                          f"characters, got {name!r}")
+
+
+# -- hashing ----------------------------------------------------------------------------
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _storable(text: str) -> str:
+    """Text a database can store: a lone surrogate (not UTF-8) becomes a visible escape;
+    NUL (which PostgreSQL's text refuses) too."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("\x00", "\\x00")
+
+
+def _owner_key() -> bytes | None:
+    value = os.environ.get(KEY_ENV)
+    return value.encode("utf-8") if value else None
+
+
+def _timeout() -> float:
+    value = os.environ.get(TIMEOUT_ENV)
+    if not value:
+        return 60.0
+    try:
+        t = float(value)
+    except ValueError:
+        t = math.nan
+    if not (math.isfinite(t) and t > 0):
+        raise LedgerError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {value!r}")
+    return t
+
+
+# -- database identity ------------------------------------------------------------------
+
+
+def normalise_url(url: str) -> str | None:
+    """A server URL as ``backend://host:port/database`` (no user, password or driver).
+
+    None when ``url`` is not a URL SQLAlchemy reads.
+    """
+    import sqlalchemy as sa
+
+    try:
+        u = sa.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        return None
+    backend = u.get_backend_name()
+    port = u.port or {"postgresql": 5432, "mysql": 3306}.get(backend)
+    host = (u.host or "localhost").lower()
+    if host in ("127.0.0.1", "::1"):
+        host = "localhost"
+    return f"{backend}://{host}:{port}/{u.database or ''}"
+
+
+def database_identity(database: Any) -> dict | None:
+    """What identifies a database for its ledger: a file's real path, device and inode,
+    or a server's normalised URL; None for an in-memory database or a live object
+    without a file."""
+    from dpsql.backends import ledger_home
+
+    if isinstance(database, str) and "://" in database:
+        home = ledger_home(database)
+        if home is None:
+            norm = normalise_url(database)
+            return None if norm is None else {"kind": "server", "url": norm}
+        database = home
+    if isinstance(database, str | Path) and str(database) != ":memory:":
+        real = os.path.realpath(database)
         try:
-            self._db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None,
-                                       check_same_thread=False)
-            self._db.execute("PRAGMA busy_timeout = 60000")
-            if self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = FULL")
-            self._init()
-        except sqlite3.DatabaseError as exc:
-            raise LedgerError(
-                f"{self.path!r} is not a usable dpsql ledger ({exc}); refusing to start a "
-                "fresh budget over it"
-            ) from None
+            st = os.stat(real)
+        except OSError:
+            return None
+        return {"kind": "file", "path": real, "dev": st.st_dev, "ino": st.st_ino}
+    try:
+        import duckdb
 
-    def _init(self) -> None:
-        check = self._db.execute("PRAGMA quick_check").fetchone()[0]
-        if check != "ok":
-            raise LedgerError(f"ledger {self.path!r} is corrupted ({check})")
-        with self._tx():
-            tables = {r[0] for r in self._db.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if tables and "meta" not in tables:
-                raise LedgerError(f"{self.path!r} is an SQLite file but not a dpsql ledger")
-            for statement in _SCHEMA.strip().split(";"):
-                if statement.strip():
-                    self._db.execute(statement)
-            meta = dict(self._db.execute("SELECT key, value FROM meta"))
-            if not meta:
-                self._db.execute("INSERT INTO meta VALUES ('format', ?), ('version', ?)",
-                                 (FORMAT, VERSION))
-            elif meta.get("format") != FORMAT:
-                raise LedgerError(f"{self.path!r} is not a dpsql ledger")
-            elif meta.get("version") != VERSION:
+        if isinstance(database, duckdb.DuckDBPyConnection):
+            row = database.execute("SELECT path FROM duckdb_databases() "
+                                   "WHERE database_name = current_database()").fetchone()
+            if row and row[0]:
+                return database_identity(row[0])
+    except ImportError:  # pragma: no cover - duckdb is a dependency
+        pass
+    return None
+
+
+def _shown_identity(identity: dict) -> str:
+    return identity.get("path") or identity.get("url") or "?"
+
+
+# -- the stores -------------------------------------------------------------------------
+
+
+class _SQLite:
+    """SQLite specifics: connection, locking, errors, the file's identity."""
+
+    kind = "sqlite"
+    prefix = ""
+    real = "REAL"
+    integer = "INTEGER"
+    id_column = "id INTEGER PRIMARY KEY"
+
+    def __init__(self, path: str, timeout: float, create: bool, readonly: bool):
+        self.memory = path == ":memory:"
+        self.readonly = readonly
+        self.timeout = timeout
+        self.path = path if self.memory else os.path.realpath(path)
+        self.stat: os.stat_result | None = None
+        self.created = False
+        if not self.memory:
+            self._prepare_file(path, create)
+        try:
+            if readonly:
+                self.db = self._open_readonly()
+            else:
+                self.db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
+                                          check_same_thread=False)
+                self.db.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+                if not self.memory:
+                    self.db.execute("PRAGMA journal_mode = WAL")
+                self.db.execute("PRAGMA synchronous = FULL")
+        except sqlite3.Error as exc:
+            raise _ledger_error(exc, path, "open") from None
+        if not self.memory:
+            self._check_identity()
+
+    def _prepare_file(self, given: str, create: bool) -> None:
+        p = Path(self.path)
+        if p.is_dir():
+            raise LedgerError(f"ledger path {given!r} is a directory")
+        if not p.parent.exists():
+            raise LedgerError(f"ledger directory {str(p.parent)!r} does not exist")
+        if not p.exists():
+            if not create:
                 raise LedgerError(
-                    f"ledger {self.path!r} has format version {meta.get('version')}; "
-                    f"this dpsql reads version {VERSION}"
-                )
+                    f"ledger {given!r} does not exist, and this ledger may not be created "
+                    "here (a pinned ledger is created by the data owner: dpsql budget "
+                    "init or dpsql budget set); refusing to start a fresh budget")
+            self._create_atomically(p)
+        st = self._stat_settled(p)
+        if st.st_size == 0:
+            raise LedgerError(
+                f"ledger {given!r} is an empty file, not a ledger: a ledger is never made "
+                "over an existing file (was it truncated?); refusing to start a fresh "
+                "budget; the owner restores it from a copy, or removes it")
 
-    class _Tx:
-        def __init__(self, ledger: Ledger):
-            self.ledger = ledger
+    def _stat_settled(self, p: Path) -> os.stat_result:
+        # a new ledger is linked into place and its temporary name removed just after:
+        # a second link seen for a moment is that, not an attack
+        deadline = time.monotonic() + 0.5
+        while True:
+            st = os.stat(p)
+            if st.st_nlink <= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        if st.st_nlink > 1:
+            raise LedgerError(
+                f"ledger {str(p)!r} has {st.st_nlink} hard links: SQLite's locks follow the "
+                "name, so writers through two names would not exclude each other; keep "
+                "one name (remove the other links)")
+        return st
 
-        # A KeyboardInterrupt can land between any two steps here (the analyst's Ctrl-C
-        # in the shell). A transaction left open would keep the ledger file locked for
-        # every process and make every later BEGIN fail: each exit path rolls back what
-        # is still open, and a transaction an interrupt left open anyway is rolled back
-        # before the next one begins. An uncommitted charge is lost only when no data
-        # was read for it.
-
-        def __enter__(self):
-            self.ledger._lock.acquire()
+    def _create_atomically(self, p: Path) -> None:
+        """Builds a complete empty ledger under a temporary name and links it into place,
+        so no process ever sees a half-made (empty) file at the ledger's path."""
+        tmp = p.with_name(f".{p.name}.{secrets.token_hex(6)}.new")
+        # No ledger at this name, so a -wal or -shm here is an orphan of a ledger that was
+        # deleted while a process had it open: SQLite would replay that WAL into the new
+        # file. The old process keeps its own open descriptors either way.
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{p}{suffix}")
+        try:
+            con = sqlite3.connect(tmp, isolation_level=None)
             try:
-                db = self.ledger._db
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                db.execute("BEGIN IMMEDIATE")
-            except BaseException:
-                self._close(commit=False)
-                raise
-            return db
-
-        def __exit__(self, exc_type, exc, tb):
-            self._close(commit=exc_type is None)
-
-        def _close(self, commit: bool) -> None:
-            db = self.ledger._db
-            try:
-                if db.in_transaction:
-                    db.execute("COMMIT" if commit else "ROLLBACK")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+                con.execute("PRAGMA journal_mode = WAL")
+                _Schema(self).create(con)
+                _init_meta(con, "?", "", secrets.token_hex(16), _owner_key())
             finally:
-                self.ledger._lock.release()
+                con.close()
+            try:
+                os.link(tmp, p)
+                self.created = True
+            except FileExistsError:
+                pass  # another process made it first: open theirs
+        except sqlite3.Error as exc:
+            raise _ledger_error(exc, str(p), "create") from None
+        except OSError as exc:
+            raise LedgerError(f"cannot create ledger {str(p)!r}: {exc.strerror}") from None
+        finally:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{tmp}{suffix}")
 
-    def _tx(self) -> Ledger._Tx:
-        return Ledger._Tx(self)
+    def _open_readonly(self) -> sqlite3.Connection:
+        uri = "file:" + (Path(self.path).as_uri()[7:] if not self.memory else ":memory:")
+        try:
+            con = sqlite3.connect(uri + "?mode=ro", uri=True, isolation_level=None,
+                                  check_same_thread=False, timeout=self.timeout)
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return con
+        except sqlite3.OperationalError:
+            # a WAL file in a folder we cannot write: read it as it stands
+            con = sqlite3.connect(uri + "?immutable=1", uri=True, isolation_level=None,
+                                  check_same_thread=False)
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return con
 
-    # -- budgets ----------------------------------------------------------------------
+    def _check_identity(self) -> None:
+        st = self._stat_settled(Path(self.path))
+        self.stat = st
+
+    def same_file(self) -> None:
+        """Raises a LedgerError if the file at the path is no longer the one opened."""
+        if self.memory:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise LedgerError(
+                f"ledger {self.path!r} was deleted while this connection had it open; "
+                "refusing to charge an unlinked file (the owner restores it)") from None
+        except OSError as exc:
+            raise LedgerError(f"ledger {self.path!r} cannot be checked: {exc.strerror}") \
+                from None
+        if (st.st_dev, st.st_ino) != (self.stat.st_dev, self.stat.st_ino):
+            raise LedgerError(f"ledger {self.path!r} was replaced by another file while this "
+                              "connection had it open; refusing to charge")
+        if st.st_nlink > 1:
+            raise LedgerError(f"ledger {self.path!r} gained a second hard link; refusing to "
+                              "charge (SQLite's locks follow the name)")
+
+    def begin_write(self) -> None:
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def begin_read(self) -> None:
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+        self.db.execute("BEGIN")
+
+    def in_transaction(self) -> bool:
+        return self.db.in_transaction
+
+    def execute(self, sql: str, args: tuple = ()):
+        return self.db.execute(sql, args)
+
+    def errors(self) -> tuple[type[BaseException], ...]:
+        return (sqlite3.Error,)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class _Postgres:
+    """PostgreSQL specifics: the same ledger in schema ``dpsql_ledger`` (or ``?schema=``)."""
+
+    kind = "postgresql"
+    real = "DOUBLE PRECISION"
+    integer = "BIGINT"
+    id_column = "id BIGINT PRIMARY KEY"
+
+    def __init__(self, url: str, timeout: float, create: bool, readonly: bool):
+        import psycopg
+        import sqlalchemy as sa
+
+        self.readonly = readonly
+        self.created = False
+        u = sa.make_url(url)
+        schema = u.query.get("schema", "dpsql_ledger")
+        if not isinstance(schema, str) or not schema.isidentifier():
+            raise LedgerError(f"ledger schema must be a plain name, got {schema!r}")
+        self.schema = schema
+        self.prefix = f'"{schema}".'
+        self.path = u.set(password=None).render_as_string()
+        conninfo = u.set(drivername="postgresql", query={}).render_as_string(
+            hide_password=False)
+        try:
+            self.db = psycopg.connect(conninfo, autocommit=True,
+                                      connect_timeout=max(1, int(timeout)))
+            self.db.execute(f"SET lock_timeout = '{int(timeout * 1000)}ms'")
+            if readonly:
+                self.db.execute("SET default_transaction_read_only = on")
+        except psycopg.Error as exc:
+            raise LedgerError(f"cannot open the PostgreSQL ledger {self.path!r}: "
+                              f"{str(exc).strip()}") from None
+        self._tx = False
+        exists = self.db.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
+            "table_name = 'meta'", (schema,)).fetchone()
+        if not exists:
+            if not create:
+                raise LedgerError(f"no dpsql ledger in schema {schema!r} of {self.path!r}, and "
+                                  "this ledger may not be created here; refusing to start a "
+                                  "fresh budget")
+            self._create()
+
+    def _create(self) -> None:
+        import psycopg
+
+        try:
+            with self.db.transaction():
+                # one creator at a time: CREATE ... IF NOT EXISTS races on the catalogs
+                self.db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                                ("dpsql-ledger:" + self.schema,))
+                if self.db.execute(
+                        "SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
+                        "AND table_name = 'meta'", (self.schema,)).fetchone():
+                    return
+                self.db.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                _Schema(self).create(self.db)
+                _init_meta(self.db, "%s", self.prefix, secrets.token_hex(16), _owner_key())
+                self.created = True
+        except psycopg.Error as exc:
+            raise LedgerError(f"cannot create the PostgreSQL ledger {self.path!r}: "
+                              f"{str(exc).strip()}") from None
+
+    def same_file(self) -> None:
+        """Nothing to compare on a server: the id row, checked and locked, is the identity."""
+
+    def begin_write(self) -> None:
+        if self._tx:
+            self.db.execute("ROLLBACK")
+        self.db.execute("BEGIN")
+        self._tx = True
+        # the row lock that serialises every charge of this ledger, on every host
+        self.db.execute(f"SELECT value FROM {self.prefix}meta WHERE key = 'id' FOR UPDATE")
+
+    def begin_read(self) -> None:
+        if self._tx:
+            self.db.execute("ROLLBACK")
+        self.db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        self._tx = True
+
+    def in_transaction(self) -> bool:
+        return self._tx
+
+    def execute(self, sql: str, args: tuple = ()):
+        if sql in ("COMMIT", "ROLLBACK"):
+            self._tx = False
+        return self.db.execute(sql.replace("?", "%s"), args)
+
+    def errors(self) -> tuple[type[BaseException], ...]:
+        import psycopg
+
+        return (psycopg.Error,)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class _Schema:
+    def __init__(self, store):
+        self.s = store
+
+    def statements(self) -> list[str]:
+        p, r, i = self.s.prefix, self.s.real, self.s.integer
+        return [
+            f"CREATE TABLE {p}meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            f"CREATE TABLE {p}budgets (dataset TEXT NOT NULL, analyst TEXT NOT NULL, "
+            f"epsilon {r} NOT NULL, delta {r} NOT NULL, accountant TEXT NOT NULL, "
+            "source TEXT NOT NULL, updated TEXT NOT NULL, mac TEXT NOT NULL, "
+            "PRIMARY KEY (dataset, analyst))",
+            f"CREATE TABLE {p}totals (dataset TEXT NOT NULL, analyst TEXT NOT NULL, "
+            f"epsilon {r} NOT NULL, delta {r} NOT NULL, rho {r} NOT NULL, "
+            f"rho_delta {r} NOT NULL, n {i} NOT NULL, mac TEXT NOT NULL, "
+            "PRIMARY KEY (dataset, analyst))",
+            f"CREATE TABLE {p}entries ({self.s.id_column}, time TEXT NOT NULL, "
+            "dataset TEXT NOT NULL, analyst TEXT NOT NULL, kind TEXT NOT NULL, "
+            f"epsilon {r} NOT NULL, delta {r} NOT NULL, rho {r} NOT NULL, "
+            f"rho_delta {r} NOT NULL, sql TEXT NOT NULL, sql_hash TEXT NOT NULL, "
+            f"sql_length {i} NOT NULL, outcome TEXT NOT NULL, detail TEXT, "
+            "prev TEXT NOT NULL, hash TEXT NOT NULL)",
+            f"CREATE TABLE {p}refusal_counts (dataset TEXT NOT NULL, analyst TEXT NOT NULL, "
+            f"stored {i} NOT NULL, dropped {i} NOT NULL, PRIMARY KEY (dataset, analyst))",
+            f"CREATE TABLE {p}bindings (dataset TEXT PRIMARY KEY, db TEXT NOT NULL, "
+            "updated TEXT NOT NULL, mac TEXT NOT NULL)",
+        ]
+
+    def create(self, con) -> None:
+        for statement in self.statements():
+            con.execute(statement)
+
+
+def _init_meta(con, ph: str, prefix: str, ledger_id: str, key: bytes | None) -> None:
+    mac = _Mac(ledger_id, key)
+    rows = [("format", FORMAT), ("version", VERSION), ("id", ledger_id),
+            ("keyed", "1" if key else "0"), ("key_check", mac("key-check")),
+            ("created", _now()), ("checkpoint", _checkpoint_doc(mac, 0, mac("genesis"), {}))]
+    for k, v in rows:
+        con.execute(f"INSERT INTO {prefix}meta VALUES ({ph}, {ph})", (k, v))
+
+
+class _Mac:
+    """SHA-256 of a record bound to the ledger's id; HMAC-SHA256 with the owner's key."""
+
+    def __init__(self, ledger_id: str, key: bytes | None):
+        self.prefix = f"dpsql-ledger:{ledger_id}:".encode()
+        self.key = key
+
+    def __call__(self, *parts: Any) -> str:
+        msg = self.prefix + json.dumps(parts, separators=(",", ":"), ensure_ascii=True).encode()
+        if self.key is not None:
+            return hmac.new(self.key, msg, hashlib.sha256).hexdigest()
+        return hashlib.sha256(msg).hexdigest()
+
+
+def _checkpoint_doc(mac: _Mac, last_id: int, last_hash: str, totals: dict) -> str:
+    rows = sorted([*k, *v] for k, v in totals.items())
+    return json.dumps({"id": last_id, "hash": last_hash, "totals": rows,
+                       "mac": mac("checkpoint", last_id, last_hash, rows)})
+
+
+def _ledger_error(exc: BaseException, path: str, doing: str,
+                  timeout: float | None = None) -> LedgerError:
+    """A database error while using the ledger, as a LedgerError that says what to do."""
+    text = str(exc)
+    low = text.lower()
+    if "locked" in low or "lock timeout" in low or "busy" in low:
+        wait = f" of {timeout:g} s" if timeout is not None else ""
+        return LedgerError(f"ledger {path!r} stayed locked by another process past the "
+                           f"owner's timeout{wait} ({TIMEOUT_ENV}); nothing was charged")
+    if "full" in low or "disk i/o" in low or "no space" in low:
+        return LedgerError(f"ledger {path!r} cannot be written (disk full or I/O error: "
+                           f"{text}); nothing was charged")
+    if "readonly" in low or "read-only" in low or "read only" in low:
+        return LedgerError(f"ledger {path!r} is read-only: it cannot record charges "
+                           "(dpsql budget show/log can still read it)")
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return LedgerError(f"{path!r} is not a usable dpsql ledger ({text}); refusing to "
+                           "start a fresh budget over it")
+    if "unable to open" in low:
+        return LedgerError(f"ledger {path!r} cannot be opened ({text})")
+    return LedgerError(f"ledger {path!r} failed while trying to {doing} ({text})")
+
+
+class Ledger:
+    """A budget ledger: an SQLite file, ``":memory:"`` (only when asked for explicitly), or
+    a PostgreSQL URL (``postgresql+psycopg://user@host/db``, optional ``?schema=name``).
+
+    Args:
+        path: where the ledger is.
+        create: whether a missing ledger may be created here (never over an existing
+            file; a pinned ledger is opened with ``create=False``).
+        readonly: open for reading only (``budget show``/``log``/``verify``); charges fail.
+        expect_id: the ledger id the owner pinned; another id is a LedgerError.
+        timeout: seconds to wait for the lock (default :data:`TIMEOUT_ENV` or 60).
+        refusal_cap: refusals stored per (data set, analyst) before they are only counted.
+
+    Raises:
+        LedgerError: missing where it may not be created, empty, foreign, corrupted,
+            tampered with, keyed with another key, or not readable.
+    """
+
+    def __init__(self, path: str | Path, *, create: bool = True, readonly: bool = False,
+                 expect_id: str | None = None, timeout: float | None = None,
+                 refusal_cap: int = REFUSAL_CAP):
+        self._lock = threading.Lock()
+        self.refusal_cap = refusal_cap
+        timeout = _timeout() if timeout is None else timeout
+        self._timeout = timeout
+        text = str(path)
+        if text.startswith(("postgresql://", "postgresql+", "postgres://")):
+            self._s: Any = _Postgres(text, timeout, create, readonly)
+        else:
+            self._s = _SQLite(text, timeout, create, readonly)
+        self.path = self._s.path
+        self._p = self._s.prefix
+        try:
+            self._open(expect_id)
+        except BaseException:
+            self._s.close()
+            raise
+
+    # -- opening ------------------------------------------------------------------------
+
+    @property
+    def _db(self):
+        """The SQLite connection (tests and tools); None for PostgreSQL."""
+        return getattr(self._s, "db", None) if self._s.kind == "sqlite" else None
+
+    def _open(self, expect_id: str | None) -> None:
+        errors = self._s.errors()
+        try:
+            if self._s.kind == "sqlite":
+                check = self._s.execute("PRAGMA quick_check").fetchone()[0]
+                if check != "ok":
+                    raise LedgerError(f"ledger {self.path!r} is corrupted ({check})")
+                if self._s.memory:
+                    _Schema(self._s).create(self._s.db)
+                    _init_meta(self._s.db, "?", "", secrets.token_hex(16), _owner_key())
+                else:
+                    tables = {r[0] for r in self._s.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                    if "meta" not in tables:
+                        raise LedgerError(f"{self.path!r} is an SQLite file but not a dpsql "
+                                          "ledger; refusing to start a fresh budget over it")
+            meta = dict(self._s.execute(f"SELECT key, value FROM {self._p}meta").fetchall())
+            if meta.get("format") != FORMAT:
+                raise LedgerError(f"{self.path!r} is not a dpsql ledger")
+            if meta.get("version") != VERSION:
+                raise LedgerError(
+                    f"ledger {self.path!r} has format version {meta.get('version')}; this "
+                    f"dpsql reads version {VERSION} (dpsql budget migrate converts a "
+                    "version-1 ledger into a new file)")
+            self.id = meta["id"]
+            if expect_id is not None and expect_id != self.id:
+                raise LedgerError(
+                    f"ledger {self.path!r} has id {self.id}, not the pinned {expect_id}: the "
+                    "file was replaced; refusing to charge a ledger that is not the owner's")
+            key = _owner_key()
+            self.keyed = meta.get("keyed") == "1"
+            if self.keyed and key is None:
+                raise LedgerError(f"ledger {self.path!r} is keyed: set {KEY_ENV} to the "
+                                  "owner's key")
+            if not self.keyed and key is not None:
+                raise LedgerError(f"ledger {self.path!r} was made without a key, but "
+                                  f"{KEY_ENV} is set: refusing an unkeyed ledger where a "
+                                  "keyed one is expected (was it replaced?)")
+            self._mac = _Mac(self.id, key)
+            if not hmac.compare_digest(meta.get("key_check", ""), self._mac("key-check")):
+                raise LedgerError(f"ledger {self.path!r} was made with another key than "
+                                  f"{KEY_ENV}, or its id was changed")
+            self._verify_since_checkpoint()
+        except errors as exc:
+            raise _ledger_error(exc, self.path, "open", self._timeout) from None
+
+    def _checkpoint(self) -> tuple[int, str, dict]:
+        raw = self._s.execute(f"SELECT value FROM {self._p}meta WHERE key = 'checkpoint'"
+                              ).fetchone()
+        try:
+            doc = json.loads(raw[0])
+            last_id, last_hash, rows = int(doc["id"]), str(doc["hash"]), doc["totals"]
+            ok = hmac.compare_digest(str(doc["mac"]),
+                                     self._mac("checkpoint", last_id, last_hash, rows))
+            totals = {(r[0], r[1]): tuple(r[2:]) for r in rows}
+        except (TypeError, ValueError, KeyError, IndexError):
+            ok = False
+        if not ok:
+            raise LedgerError(f"ledger {self.path!r}: its checkpoint was altered")
+        return last_id, last_hash, totals
+
+    def _verify_since_checkpoint(self) -> None:
+        """Checks the entries after the checkpoint and the running totals; moves the
+        checkpoint forward (unless read-only). Raises LedgerError on any mismatch."""
+        write = not self._s.readonly
+        (self._s.begin_write if write else self._s.begin_read)()
+        try:
+            last_id, last_hash, totals = self._checkpoint()
+            if last_id:
+                # the checkpointed entry itself is re-hashed: the chain's newest verified link
+                row = self._s.execute(
+                    "SELECT id, time, dataset, analyst, kind, epsilon, delta, rho, rho_delta, "
+                    f"sql_hash, prev, hash FROM {self._p}entries WHERE id = ?", (last_id,)
+                ).fetchone()
+                if row is None or row[-1] != last_hash or \
+                        row[-1] != self._mac("entry", *row[:-1]):
+                    raise LedgerError(f"ledger {self.path!r}: the checkpointed entry "
+                                      f"{last_id} was altered or removed")
+            new_id, new_hash, totals, count = self._replay(last_id, last_hash, totals)
+            self._compare_totals(totals)
+            self._check_small_tables()
+            self._cp_id = last_id
+            if write and count:
+                self._s.execute(f"UPDATE {self._p}meta SET value = ? WHERE key = 'checkpoint'",
+                                (_checkpoint_doc(self._mac, new_id, new_hash, totals),))
+                self._cp_id = new_id
+            self._s.execute("COMMIT")
+        except BaseException:
+            if self._s.in_transaction():
+                self._s.execute("ROLLBACK")
+            raise
+
+    def _advance_checkpoint(self, db) -> None:
+        """Verifies the entries after the checkpoint against the running totals and
+        moves the checkpoint to the newest entry (inside the caller's transaction)."""
+        last_id, last_hash, totals = self._checkpoint()
+        new_id, new_hash, totals, _ = self._replay(last_id, last_hash, totals)
+        self._compare_totals(totals)
+        db.execute(f"UPDATE {self._p}meta SET value = ? WHERE key = 'checkpoint'",
+                   (_checkpoint_doc(self._mac, new_id, new_hash, totals),))
+        self._cp_id = new_id
+
+    def _replay(self, after: int, prev: str, totals: dict) -> tuple[int, str, dict, int]:
+        """Verifies the chain after entry ``after`` and adds its charges to ``totals``
+        (in id order, the order the running totals were summed in)."""
+        totals = dict(totals)
+        last_id, count = after, 0
+        cur = self._s.execute(
+            "SELECT id, time, dataset, analyst, kind, epsilon, delta, rho, rho_delta, "
+            f"sql_hash, prev, hash FROM {self._p}entries WHERE id > ? ORDER BY id", (after,))
+        for row in cur:
+            (eid, t, ds, an, kind, e, d, r, rd, sql_hash, p, h) = row
+            parts = (e, d, r, rd)
+            if not all(isinstance(x, float) and math.isfinite(x) and x >= 0 for x in parts):
+                raise LedgerError(f"ledger {self.path!r}: entry {eid} has a cost that is not "
+                                  "a finite non-negative number (corrupted or altered)")
+            if p != prev or h != self._mac("entry", eid, t, ds, an, kind, *parts, sql_hash, p):
+                raise LedgerError(f"ledger {self.path!r}: entry {eid} breaks the hash chain "
+                                  "(corrupted or altered)")
+            if kind == "charge":
+                for key in ((ds, an), (ds, ALL)):
+                    old = totals.get(key, (0.0, 0.0, 0.0, 0.0, 0))
+                    totals[key] = (old[0] + e, old[1] + d, old[2] + r, old[3] + rd, old[4] + 1)
+            elif kind != "refusal":
+                raise LedgerError(f"ledger {self.path!r}: entry {eid} has unknown kind")
+            prev, last_id, count = h, eid, count + 1
+        return last_id, prev, totals, count
+
+    def _compare_totals(self, totals: dict) -> None:
+        rows = self._s.execute(
+            "SELECT dataset, analyst, epsilon, delta, rho, rho_delta, n, mac FROM "
+            f"{self._p}totals").fetchall()
+        stored = {}
+        for ds, an, *vals, mac in rows:
+            self._check_totals_row(ds, an, tuple(vals), mac)
+            stored[(ds, an)] = tuple(vals)
+        want = {k: v for k, v in totals.items() if v[4]}
+        if stored != want:
+            bad = sorted(set(stored) ^ set(want) | {k for k in stored if stored[k] !=
+                                                    want.get(k)})
+            raise LedgerError(f"ledger {self.path!r}: the running totals of {bad[:3]} do not "
+                              "match its entries (corrupted or altered)")
+
+    def _check_totals_row(self, ds: str, an: str, vals: tuple, mac: str) -> None:
+        if not all(isinstance(x, float) and math.isfinite(x) and x >= 0 for x in vals[:4]) \
+                or not isinstance(vals[4], int) or vals[4] < 0:
+            raise LedgerError(f"ledger {self.path!r}: the running total of {ds!r}/{an!r} is "
+                              "not a finite non-negative number (corrupted or altered)")
+        if not hmac.compare_digest(mac, self._mac("totals", ds, an, *vals)):
+            raise LedgerError(f"ledger {self.path!r}: the running total of {ds!r}/{an!r} was "
+                              "altered")
+
+    def _check_small_tables(self) -> None:
+        for row in self._s.execute(
+                "SELECT dataset, analyst, epsilon, delta, accountant, source, mac FROM "
+                f"{self._p}budgets").fetchall():
+            self._check_budget_row(row)
+        for ds, db, _, mac in self._s.execute(
+                f"SELECT dataset, db, updated, mac FROM {self._p}bindings").fetchall():
+            if not hmac.compare_digest(mac, self._mac("binding", ds, db)):
+                raise LedgerError(f"ledger {self.path!r}: the database of data set {ds!r} "
+                                  "was altered")
+
+    def _check_budget_row(self, row) -> tuple[float, float]:
+        ds, an, e, d, acc, src, mac = row
+        if not (isinstance(e, float) and math.isfinite(e) and e > 0 and isinstance(d, float)
+                and 0 <= d < 1) or acc not in ACCOUNTANTS:
+            raise LedgerError(f"ledger {self.path!r}: the budget of {ds!r}/{an!r} is not a "
+                              "valid (epsilon, delta) (corrupted or altered)")
+        if not hmac.compare_digest(mac, self._mac("budget", ds, an, e, d, acc, src)):
+            raise LedgerError(f"ledger {self.path!r}: the budget of {ds!r}/{an!r} was altered")
+        return (e, d)
+
+    # -- transactions -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _tx(self, write: bool = True):
+        """One transaction under the connection's lock; database errors as LedgerError.
+
+        A KeyboardInterrupt can land between any two steps here (the analyst's Ctrl-C in
+        the shell). A transaction left open would keep the ledger locked for every
+        process: each exit path rolls back what is still open, and a transaction an
+        interrupt left open anyway is rolled back before the next one begins. An
+        uncommitted charge is lost only when no data was read for it.
+        """
+        s = self._s
+        with self._lock:
+            try:
+                try:
+                    if write:
+                        if s.readonly:
+                            raise LedgerError(f"ledger {self.path!r} was opened read-only")
+                        s.begin_write()
+                        s.same_file()
+                        row = s.execute(f"SELECT value FROM {self._p}meta WHERE key = 'id'"
+                                        ).fetchone()
+                        if row is None or row[0] != self.id:
+                            raise LedgerError(f"ledger {self.path!r} is no longer the ledger "
+                                              "this connection opened; refusing to charge")
+                    else:
+                        s.begin_read()
+                    yield s
+                    s.execute("COMMIT")
+                except s.errors() as exc:
+                    raise _ledger_error(exc, self.path, "record", self._timeout) from None
+            except BaseException:
+                try:
+                    if s.in_transaction():
+                        s.execute("ROLLBACK")
+                except s.errors():
+                    pass
+                raise
+
+    # -- budgets ------------------------------------------------------------------------
+
+    def _budget_row(self, db, dataset: str, analyst: str):
+        row = db.execute(
+            "SELECT dataset, analyst, epsilon, delta, accountant, source, mac FROM "
+            f"{self._p}budgets WHERE dataset = ? AND analyst = ?", (dataset, analyst)
+        ).fetchone()
+        if row is None:
+            return None
+        total = self._check_budget_row(row)
+        return total, row[4]
+
+    def _write_budget(self, db, dataset, analyst, total, accountant, source,
+                      replace: bool) -> None:
+        mac = self._mac("budget", dataset, analyst, total[0], total[1], accountant, source)
+        if replace:
+            db.execute(f"DELETE FROM {self._p}budgets WHERE dataset = ? AND analyst = ?",
+                       (dataset, analyst))
+        db.execute(f"INSERT INTO {self._p}budgets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                   (dataset, analyst, total[0], total[1], accountant, source, _now(), mac))
+
+    def _charged(self, db, dataset: str) -> bool:
+        return db.execute(f"SELECT 1 FROM {self._p}totals WHERE dataset = ? AND analyst = ?",
+                          (dataset, ALL)).fetchone() is not None
 
     def ensure_budget(self, dataset: str, total: tuple[float, float],
-                      analyst: str = ALL, source: str = "catalog") -> None:
+                      analyst: str = ALL, source: str = "catalog",
+                      accountant: str = "basic") -> None:
         """Records a budget unless one is already set (the owner's, or an earlier seed)."""
-        _check_pair(total)
+        total = check_budget(total)
+        _check_accountant(accountant, total)
+        if analyst != ALL:
+            check_analyst(analyst)
         with self._tx() as db:
-            db.execute("INSERT OR IGNORE INTO budgets VALUES (?, ?, ?, ?, ?, ?)",
-                       (dataset, analyst, total[0], total[1], source, _now()))
+            if self._budget_row(db, dataset, analyst) is None:
+                self._write_budget(db, dataset, analyst, total, accountant, source, False)
 
-    def set_budget(self, dataset: str, total: tuple[float, float], analyst: str = ALL) -> None:
-        """Owner command: sets a total (data set when analyst is ``*``) outright."""
-        _check_pair(total)
+    def set_budget(self, dataset: str, total: tuple[float, float], analyst: str = ALL,
+                   accountant: str | None = None) -> None:
+        """Owner command: sets a total (data set when analyst is ``*``) outright.
+
+        Args:
+            accountant: ``"basic"`` or ``"zcdp"`` (data-set totals only); None keeps the
+                data set's (``"basic"`` for a new one). It cannot change once the data
+                set has a charge (the admission rule would change mid-sequence).
+        """
+        total = check_budget(total)
+        check_dataset(dataset)
+        if analyst != ALL:
+            check_analyst(analyst, "--analyst")
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO budgets VALUES (?, ?, ?, ?, 'owner', ?)",
-                       (dataset, analyst, total[0], total[1], _now()))
+            old = self._budget_row(db, dataset, ALL)
+            current = old[1] if old else "basic"
+            if analyst != ALL:
+                accountant = "basic"
+            elif accountant is None:
+                accountant = current
+            elif accountant != current and self._charged(db, dataset):
+                raise LedgerError(
+                    f"data set {dataset!r} already has charges admitted by the {current!r} "
+                    "accountant; its accountant cannot change (see dpsql.accounting)")
+            _check_accountant(accountant, total if analyst == ALL else (1.0, 0.5))
+            self._write_budget(db, dataset, analyst, total, accountant, "owner", True)
 
     def grant(self, dataset: str, extra: tuple[float, float], analyst: str = ALL) -> None:
         """Owner command: raises a total by ``extra``."""
+        extra = _check_extra(extra)
+        if analyst != ALL:
+            check_analyst(analyst, "--analyst")
         with self._tx() as db:
-            row = db.execute("SELECT epsilon, delta FROM budgets WHERE dataset = ? AND "
-                             "analyst = ?", (dataset, analyst)).fetchone()
+            row = self._budget_row(db, dataset, analyst)
             if row is None:
                 raise LedgerError(f"no budget set for data set {dataset!r}, analyst "
                                   f"{analyst!r}; use set first")
-            total = (row[0] + extra[0], row[1] + extra[1])
-            _check_pair(total)
-            db.execute("UPDATE budgets SET epsilon = ?, delta = ?, source = 'owner', "
-                       "updated = ? WHERE dataset = ? AND analyst = ?",
-                       (*total, _now(), dataset, analyst))
+            total = check_budget((row[0][0] + extra[0], row[0][1] + extra[1]))
+            self._write_budget(db, dataset, analyst, total, row[1], "owner", True)
 
     def budgets(self, dataset: str | None = None) -> list[tuple]:
-        query = "SELECT dataset, analyst, epsilon, delta, source FROM budgets"
+        """(dataset, analyst, epsilon, delta, source) rows, sorted."""
+        query = f"SELECT dataset, analyst, epsilon, delta, source FROM {self._p}budgets"
         args: tuple = ()
         if dataset is not None:
             query += " WHERE dataset = ?"
             args = (dataset,)
-        with self._lock:
-            return self._db.execute(query + " ORDER BY dataset, analyst", args).fetchall()
+        with self._tx(write=False) as db:
+            return [tuple(r) for r in db.execute(query + " ORDER BY dataset, analyst", args)]
 
-    def _total(self, db, dataset: str, analyst: str) -> tuple[float, float] | None:
-        row = db.execute("SELECT epsilon, delta FROM budgets WHERE dataset = ? AND "
-                         "analyst = ?", (dataset, analyst)).fetchone()
-        return None if row is None else (row[0], row[1])
+    def accountant(self, dataset: str) -> str:
+        """The data set's accountant (``"basic"`` when it has no total yet)."""
+        with self._tx(write=False) as db:
+            row = self._budget_row(db, dataset, ALL)
+        return row[1] if row else "basic"
 
-    def _costs(self, db, dataset: str, analyst: str | None) -> list[Cost]:
-        query = "SELECT epsilon, delta, rho, rho_delta FROM charges WHERE dataset = ?"
-        args: tuple = (dataset,)
-        if analyst is not None:
-            query += " AND analyst = ?"
-            args += (analyst,)
-        return [Cost(*row) for row in db.execute(query, args)]
+    # -- data sets and databases --------------------------------------------------------
 
-    # -- charging ---------------------------------------------------------------------
+    def bind(self, dataset: str, identity: dict | None, rebind: bool = False) -> None:
+        """Binds ``dataset`` to its database, or checks the binding (see the module doc).
+
+        Args:
+            identity: from :func:`database_identity`; None (an in-memory database) binds
+                nothing.
+            rebind: the owner's say-so that the data set now lives in this database.
+
+        Raises:
+            LedgerError: the data set belongs to another database.
+        """
+        if identity is None:
+            return
+        with self._tx() as db:
+            row = db.execute(f"SELECT db FROM {self._p}bindings WHERE dataset = ?",
+                             (dataset,)).fetchone()
+            if row is not None and not rebind:
+                old = json.loads(row[0])
+                if _same_database(old, identity):
+                    if old == identity:
+                        return
+                    _log.warning("ledger %s: data set %s: database %s is now %s (same %s)",
+                                 escape(self.path), escape(dataset),
+                                 escape(json.dumps(old)), escape(json.dumps(identity)),
+                                 "path" if old.get("path") == identity.get("path") else "file")
+                else:
+                    raise LedgerError(
+                        f"data set {dataset!r} in ledger {self.path!r} belongs to database "
+                        f"{_shown_identity(old)!r}, not {_shown_identity(identity)!r}: two "
+                        "databases never share a budget by accident; give this database its "
+                        "own data set ('dataset:' in its catalog) or its own ledger, or, if "
+                        "the database moved, the owner runs dpsql budget rebind")
+            text = json.dumps(identity, sort_keys=True)
+            db.execute(f"DELETE FROM {self._p}bindings WHERE dataset = ?", (dataset,))
+            db.execute(f"INSERT INTO {self._p}bindings VALUES (?, ?, ?, ?)",
+                       (dataset, text, _now(), self._mac("binding", dataset, text)))
+
+    def bindings(self) -> dict[str, dict]:
+        with self._tx(write=False) as db:
+            return {ds: json.loads(text) for ds, text in
+                    db.execute(f"SELECT dataset, db FROM {self._p}bindings").fetchall()}
+
+    # -- charging -----------------------------------------------------------------------
+
+    def _totals_row(self, db, dataset: str, analyst: str) -> tuple | None:
+        row = db.execute(
+            "SELECT epsilon, delta, rho, rho_delta, n, mac FROM "
+            f"{self._p}totals WHERE dataset = ? AND analyst = ?", (dataset, analyst)
+        ).fetchone()
+        if row is None:
+            return None
+        self._check_totals_row(dataset, analyst, tuple(row[:5]), row[5])
+        return tuple(row[:5])
+
+    def _spent(self, db, dataset: str, analyst: str) -> Spent:
+        row = self._totals_row(db, dataset, analyst)
+        return NOTHING if row is None else Spent((row[0], row[1]), row[2], row[3])
+
+    def _add(self, db, dataset: str, analyst: str, parts: tuple) -> None:
+        old = self._totals_row(db, dataset, analyst)
+        if old is None:
+            new = (*(0.0 + x for x in parts), 1)
+            db.execute(f"INSERT INTO {self._p}totals VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (dataset, analyst, *new, self._mac("totals", dataset, analyst, *new)))
+            return
+        new = (old[0] + parts[0], old[1] + parts[1], old[2] + parts[2], old[3] + parts[3],
+               old[4] + 1)
+        db.execute(f"UPDATE {self._p}totals SET epsilon = ?, delta = ?, rho = ?, "
+                   "rho_delta = ?, n = ?, mac = ? WHERE dataset = ? AND analyst = ?",
+                   (*new, self._mac("totals", dataset, analyst, *new), dataset, analyst))
+
+    def _append(self, db, dataset: str, analyst: str, kind: str, parts: tuple, sql: str,
+                keep: int, outcome: str, detail: str | None) -> int:
+        head = db.execute(f"SELECT id, hash FROM {self._p}entries ORDER BY id DESC LIMIT 1"
+                          ).fetchone()
+        if head is None:
+            last_id, prev = self._checkpoint()[:2]
+            if last_id:
+                raise LedgerError(f"ledger {self.path!r}: its entries were removed")
+        else:
+            last_id, prev = head
+        eid, t = last_id + 1, _now()
+        sql = sql if isinstance(sql, str) else repr(sql)
+        sql_hash = _sha(sql)
+        h = self._mac("entry", eid, t, dataset, analyst, kind, *parts, sql_hash, prev)
+        db.execute(f"INSERT INTO {self._p}entries VALUES "
+                   "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   (eid, t, dataset, analyst, kind, *parts, _storable(sql[:keep]), sql_hash,
+                    len(sql), outcome, None if detail is None else _storable(detail[:1000]),
+                    prev, h))
+        return eid
 
     def charge(self, dataset: str, analyst: str, cost: Cost, sql: str,
                cap: tuple[tuple[float, float], list[Cost]] | None = None) -> int:
         """Checks and records ``cost`` atomically; returns the charge's id.
+
+        The time this takes does not depend on how many charges came before: it reads
+        the budgets and the running totals (a few rows), appends one entry and updates
+        two totals, all in one transaction.
 
         Args:
             cap: an extra (total, charges so far) limit, e.g. a connection's own budget.
@@ -242,116 +1131,268 @@ class Ledger:
         Raises:
             BudgetExhaustedError: the cost does not fit (nothing charged; the refusal
                 is logged).
+            LedgerError: the ledger cannot record it (nothing charged, no data read).
         """
+        parts = _check_cost(cost)
+        refusal = None
         with self._tx() as db:
             reason = None
-            dataset_total = self._total(db, dataset, ALL)
-            if dataset_total is None:
+            base = self._budget_row(db, dataset, ALL)
+            if base is None:
                 reason = f"no budget is set for data set {dataset!r}"
             else:
-                checks = [("data set", dataset_total, self._costs(db, dataset, None))]
-                analyst_total = self._total(db, dataset, analyst)
-                if analyst_total is not None:
-                    checks.append((f"analyst {analyst!r}", analyst_total,
-                                   self._costs(db, dataset, analyst)))
+                (dataset_total, accountant) = base
+                checks = [("data set", dataset_total, self._spent(db, dataset, ALL))]
+                own = self._budget_row(db, dataset, analyst)
+                if own is not None:
+                    checks.append((f"analyst {analyst!r}", own[0],
+                                   self._spent(db, dataset, analyst)))
                 if cap is not None:
-                    checks.append(("connection", cap[0], cap[1]))
-                for name, total, costs in checks:
-                    if not Accounting(total).admits([*costs, cost]):
-                        left = Accounting(total).remaining(spent(costs))
+                    checks.append(("connection", cap[0], _sum(cap[1])))
+                for name, total, so_far in checks:
+                    acc = Accounting(total, accountant)
+                    if not acc.fits(so_far.plus(cost)):
+                        left = acc.remaining(so_far)
                         reason = (
                             f"query needs epsilon={cost.epsilon:g}, delta={cost.delta:g} "
                             f"but the {name} budget has only epsilon={left[0]:g}, "
                             f"delta={left[1]:g} left (total epsilon={total[0]:g}, "
-                            f"delta={total[1]:g})"
+                            f"delta={total[1]:g}, {accountant} composition)"
                         )
                         break
             if reason is not None:
-                db.execute("INSERT INTO refusals VALUES (NULL, ?, ?, ?, ?, ?)",
-                           (_now(), dataset, analyst, _storable(sql),
-                            "BudgetExhaustedError: " + reason))
+                self._store_refusal(db, dataset, analyst, sql,
+                                    "BudgetExhaustedError: " + reason)
                 refusal = BudgetExhaustedError(reason)
             else:
-                rho, rho_delta = cost.zcdp
-                cur = db.execute(
-                    "INSERT INTO charges VALUES (NULL, ?, ?, ?, ?, ?, ?, ?, ?, 'charged', NULL)",
-                    (_now(), dataset, analyst, cost.epsilon, cost.delta, rho, rho_delta,
-                     _storable(sql)))
-                if cap is not None:
-                    cap[1].append(cost)
-                return cur.lastrowid
-        raise refusal
+                eid = self._append(db, dataset, analyst, "charge", parts, sql,
+                                   CHARGED_SQL_KEPT, "charged", None)
+                self._add(db, dataset, analyst, parts)
+                self._add(db, dataset, ALL, parts)
+                if eid - self._cp_id >= CHECKPOINT_EVERY:
+                    self._advance_checkpoint(db)
+        if refusal is not None:
+            raise refusal
+        if cap is not None:
+            cap[1].append(cost)
+        return eid
+
+    def _store_refusal(self, db, dataset: str, analyst: str, sql: Any, detail: str) -> None:
+        row = db.execute(f"SELECT stored, dropped FROM {self._p}refusal_counts WHERE "
+                         "dataset = ? AND analyst = ?", (dataset, analyst)).fetchone()
+        stored, dropped = row if row else (0, 0)
+        if stored < self.refusal_cap:
+            self._append(db, dataset, analyst, "refusal", (0.0, 0.0, 0.0, 0.0),
+                         sql if isinstance(sql, str) else repr(sql), SQL_KEPT, "refused",
+                         detail)
+            stored += 1
+        else:
+            dropped += 1
+        db.execute(f"DELETE FROM {self._p}refusal_counts WHERE dataset = ? AND analyst = ?",
+                   (dataset, analyst))
+        db.execute(f"INSERT INTO {self._p}refusal_counts VALUES (?, ?, ?, ?)",
+                   (dataset, analyst, stored, dropped))
 
     def finish(self, charge_id: int, outcome: str, detail: str | None = None) -> None:
-        """Marks a charged query ``answered``, ``failed`` or ``cancelled`` (Ctrl-C); the
-        charge itself stays."""
+        """Marks a charged query ``answered``, ``failed`` or ``cancelled`` (Ctrl-C).
+
+        The charge itself stays whatever happens here: when the outcome cannot be written
+        (a full disk, a lock held too long) the failure goes to the owner's log and the
+        caller goes on.
+        """
         assert outcome in ("answered", "failed", "cancelled")
-        with self._tx() as db:
-            db.execute("UPDATE charges SET outcome = ?, detail = ? WHERE id = ?",
-                       (outcome, None if detail is None else _storable(detail), charge_id))
+        try:
+            with self._tx() as db:
+                db.execute(f"UPDATE {self._p}entries SET outcome = ?, detail = ? WHERE id = ?",
+                           (outcome, None if detail is None else _storable(detail[:1000]),
+                            charge_id))
+        except LedgerError as exc:
+            _log.error("ledger %s: charge %d is kept, but its outcome %r could not be "
+                       "recorded: %s", escape(self.path), charge_id, outcome, escape(str(exc)))
 
     def refuse(self, dataset: str, analyst: str, sql: str, detail: str) -> None:
-        """Logs a query refused before any data was read (it costs nothing)."""
-        with self._tx() as db:
-            db.execute("INSERT INTO refusals VALUES (NULL, ?, ?, ?, ?, ?)",
-                       (_now(), dataset, analyst,
-                        _storable(sql if isinstance(sql, str) else repr(sql)),
-                        _storable(detail)))
+        """Logs a query refused before any data was read (it costs nothing).
 
-    # -- reading ----------------------------------------------------------------------
+        Never raises for the ledger's own trouble: the query is refused either way, and
+        a failure to log it goes to the owner's log.
+        """
+        try:
+            with self._tx() as db:
+                self._store_refusal(db, dataset, analyst, sql, detail)
+        except LedgerError as exc:
+            _log.error("ledger %s: a refusal could not be logged: %s", escape(self.path),
+                       escape(str(exc)))
+
+    # -- reading ------------------------------------------------------------------------
 
     def spent(self, dataset: str, analyst: str | None = None) -> Spent:
-        with self._lock:
-            return spent(self._costs(self._db, dataset, analyst))
+        with self._tx(write=False) as db:
+            return self._spent(db, dataset, ALL if analyst is None else analyst)
 
     def view(self, dataset: str, analyst: str, cap=None) -> BudgetView:
         return BudgetView(self, dataset, analyst, cap)
 
-    def log(self, dataset: str | None = None, limit: int = 100) -> list[dict]:
-        """The audit log, newest first: answered, failed, charged and refused queries."""
+    def spenders(self) -> list[tuple[str, str]]:
+        """(dataset, analyst) of everyone who was charged, sorted."""
+        with self._tx(write=False) as db:
+            return sorted(tuple(r) for r in db.execute(
+                f"SELECT dataset, analyst FROM {self._p}totals WHERE analyst <> ?", (ALL,)))
+
+    def refusal_counts(self, dataset: str | None = None) -> list[tuple[str, str, int, int]]:
+        """(dataset, analyst, stored, only counted) per analyst with refusals."""
         where, args = ("WHERE dataset = ?", (dataset,)) if dataset else ("", ())
-        query = (
-            "SELECT time, dataset, analyst, sql, epsilon, delta, outcome, detail FROM ("
-            "SELECT time, dataset, analyst, sql, epsilon, delta, outcome, detail FROM charges "
-            "UNION ALL SELECT time, dataset, analyst, sql, 0, 0, 'refused', detail "
-            f"FROM refusals) {where} ORDER BY time DESC LIMIT ?"
-        )
-        keys = ("time", "dataset", "analyst", "sql", "epsilon", "delta", "outcome", "detail")
-        with self._lock:
-            return [dict(zip(keys, r, strict=True))
-                    for r in self._db.execute(query, (*args, limit))]
+        with self._tx(write=False) as db:
+            return [tuple(r) for r in db.execute(
+                f"SELECT dataset, analyst, stored, dropped FROM {self._p}refusal_counts "
+                f"{where} ORDER BY dataset, analyst", args)]
+
+    def log(self, dataset: str | None = None, limit: int = 100) -> list[dict]:
+        """The audit log, newest first by insertion (never by wall-clock time)."""
+        where, args = ("WHERE dataset = ?", (dataset,)) if dataset else ("", ())
+        keys = ("id", "time", "dataset", "analyst", "sql", "sql_hash", "sql_length",
+                "epsilon", "delta", "outcome", "detail")
+        with self._tx(write=False) as db:
+            rows = db.execute(f"SELECT {', '.join(keys)} FROM {self._p}entries {where} "
+                              "ORDER BY id DESC LIMIT ?", (*args, limit)).fetchall()
+        return [dict(zip(keys, r, strict=True)) for r in rows]
+
+    def verify(self) -> dict:
+        """Checks the whole chain, the checkpoint and the running totals (O(history)).
+
+        Returns:
+            {"entries": n, "charges": m, "id": ledger id, "keyed": bool}.
+
+        Raises:
+            LedgerError: anything does not match.
+        """
+        with self._tx(write=False) as db:
+            last_id, last_hash, cp_totals = self._checkpoint()
+            _, head, totals, count = self._replay(0, self._mac("genesis"), {})
+            if last_id:
+                _, at_cp, totals_cp, _ = self._replay_until(last_id)
+                if at_cp != last_hash or {k: v for k, v in totals_cp.items() if v[4]} != \
+                        {k: tuple(v) for k, v in cp_totals.items() if v[4]}:
+                    raise LedgerError(f"ledger {self.path!r}: the checkpoint does not match "
+                                      "the chain (altered)")
+            self._compare_totals(totals)
+            self._check_small_tables()
+            charges = db.execute(f"SELECT count(*) FROM {self._p}entries WHERE "
+                                 "kind = 'charge'").fetchone()[0]
+        return {"entries": count, "charges": charges, "id": self.id, "keyed": self.keyed}
+
+    def _replay_until(self, last: int) -> tuple[int, str, dict, int]:
+        totals: dict = {}
+        prev = self._mac("genesis")
+        for (_eid, ds, an, kind, e, d, r, rd, h) in self._s.execute(
+                "SELECT id, dataset, analyst, kind, epsilon, delta, rho, rho_delta, hash "
+                f"FROM {self._p}entries WHERE id <= ? ORDER BY id", (last,)):
+            if kind == "charge":
+                for key in ((ds, an), (ds, ALL)):
+                    old = totals.get(key, (0.0, 0.0, 0.0, 0.0, 0))
+                    totals[key] = (old[0] + e, old[1] + d, old[2] + r, old[3] + rd, old[4] + 1)
+            prev = h
+        return last, prev, totals, 0
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            self._s.close()
+
+
+def migrate_v1(source: str | Path, target: str | Path) -> int:
+    """Copies a version-1 ledger's budgets and charges, in order, into a new ledger.
+
+    Returns:
+        The number of charges copied.
+
+    Raises:
+        LedgerError: ``source`` is not a version-1 ledger, ``target`` exists, or a
+            recorded cost is not a finite non-negative number.
+    """
+    if Path(target).exists():
+        raise LedgerError(f"{str(target)!r} exists; migrate writes a new ledger")
+    try:
+        con = sqlite3.connect(f"file:{Path(source).resolve()}?mode=ro", uri=True)
+        meta = dict(con.execute("SELECT key, value FROM meta"))
+        if meta.get("format") != FORMAT or meta.get("version") != "1":
+            raise LedgerError(f"{str(source)!r} is not a version-1 dpsql ledger")
+        budgets = con.execute("SELECT dataset, analyst, epsilon, delta, source FROM budgets "
+                              "ORDER BY dataset, analyst").fetchall()
+        charges = con.execute("SELECT dataset, analyst, epsilon, delta, rho, rho_delta, sql, "
+                              "outcome, detail FROM charges ORDER BY id").fetchall()
+        con.close()
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot read {str(source)!r} as a version-1 ledger: {exc}") \
+            from None
+    led = Ledger(target, create=True)
+    with led._tx() as db:
+        for ds, an, e, d, src in budgets:
+            led._write_budget(db, ds, an, check_budget((e, d)), "basic", src, True)
+        for ds, an, e, d, r, rd, sql, outcome, detail in charges:
+            parts = _check_cost(Cost(e, d, r, rd))
+            led._append(db, ds, an, "charge", parts, sql, CHARGED_SQL_KEPT, outcome, detail)
+            led._add(db, ds, an, parts)
+            led._add(db, ds, ALL, parts)
+    led.close()
+    return len(charges)
+
+
+def _sum(costs: list[Cost]) -> Spent:
+    s = NOTHING
+    for c in costs:
+        s = s.plus(c)
+    return s
+
+
+def _check_accountant(accountant: str, total: tuple[float, float]) -> None:
+    if accountant not in ACCOUNTANTS:
+        raise PrivacyParameterError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, "
+                                    f"got {accountant!r}")
+    if accountant == "zcdp" and not total[1] > 0:
+        raise PrivacyParameterError("the zcdp accountant needs a total delta > 0 (it converts "
+                                    "rho to (epsilon, delta) with some delta)")
+
+
+def _same_database(old: dict, new: dict) -> bool:
+    if old.get("kind") != new.get("kind"):
+        return False
+    if old["kind"] == "server":
+        return old.get("url") == new.get("url")
+    # the same file (a hard link or a moved file), or the owner's file rebuilt in place
+    return (old.get("dev"), old.get("ino")) == (new.get("dev"), new.get("ino")) \
+        or old.get("path") == new.get("path")
 
 
 class BudgetView:
     """One analyst's budget on one data set: ``spent``, ``remaining``, ``total``.
 
     ``spent`` is by basic composition (Σε, Σδ); ``remaining`` is the least of what the
-    data set's total, the analyst's own total and the connection's cap leave. The
-    ledger may still admit more through the zCDP bound; ``zcdp`` reports it.
+    data set's total, the analyst's own total and the connection's cap leave under the
+    data set's accountant; ``zcdp`` reports the zCDP view.
     """
 
     def __init__(self, ledger: Ledger, dataset: str, analyst: str, cap=None):
         self.ledger, self.dataset, self.analyst = ledger, dataset, analyst
         self._cap = cap  # (total, list of this connection's costs) or None
 
-    def _limits(self) -> list[tuple[tuple[float, float], Spent]]:
+    def _limits(self) -> tuple[str, list[tuple[tuple[float, float], Spent]]]:
         out = []
-        rows = {a: (e, d) for _, a, e, d, _ in self.ledger.budgets(self.dataset)}
-        if ALL in rows:
-            out.append((rows[ALL], self.ledger.spent(self.dataset)))
-        if self.analyst in rows and self.analyst != ALL:
-            out.append((rows[self.analyst], self.ledger.spent(self.dataset, self.analyst)))
+        led = self.ledger
+        with led._tx(write=False) as db:
+            base = led._budget_row(db, self.dataset, ALL)
+            accountant = base[1] if base else "basic"
+            if base is not None:
+                out.append((base[0], led._spent(db, self.dataset, ALL)))
+            own = led._budget_row(db, self.dataset, self.analyst) \
+                if self.analyst != ALL else None
+            if own is not None:
+                out.append((own[0], led._spent(db, self.dataset, self.analyst)))
         if self._cap is not None:
-            out.append((self._cap[0], spent(self._cap[1])))
-        return out
+            out.append((self._cap[0], _sum(self._cap[1])))
+        return accountant, out
 
     @property
     def total(self) -> tuple[float, float]:
-        limits = self._limits()
+        _, limits = self._limits()
         return (min(t[0] for t, _ in limits), min(t[1] for t, _ in limits))
 
     @property
@@ -361,8 +1402,13 @@ class BudgetView:
 
     @property
     def remaining(self) -> tuple[float, float]:
-        left = [Accounting(t).remaining(s) for t, s in self._limits()]
+        accountant, limits = self._limits()
+        left = [Accounting(t, accountant).remaining(s) for t, s in limits]
         return (min(x[0] for x in left), min(x[1] for x in left))
+
+    @property
+    def accountant(self) -> str:
+        return self._limits()[0]
 
     @property
     def zcdp(self) -> dict:
@@ -377,7 +1423,7 @@ class BudgetView:
                 f"spent=({se:g}, {sd:g}), remaining=({re_:g}, {rd:g}))")
 
 
-# -- pins: the owner, not the connection, chooses the ledger and the analyst ------------
+# -- pins: the owner, not the connection, chooses database, ledger and analyst ----------
 
 
 @dataclass(frozen=True)
@@ -385,15 +1431,20 @@ class Pins:
     """What a connection was pinned to, and by whom.
 
     Attributes:
-        ledger: the pinned ledger file (absolute path), or None.
+        ledger: the pinned ledger (absolute path or PostgreSQL URL), or None.
         analyst: the pinned analyst name, or None.
-        ledger_source, analyst_source: where each pin came from (for messages).
+        database: the pinned database (absolute path or URL), or None.
+        ledger_id: the pinned ledger's id, or None.
+        ledger_source, analyst_source, database_source: where each pin came from.
     """
 
     ledger: str | None = None
     analyst: str | None = None
     ledger_source: str = ""
     analyst_source: str = ""
+    database: str | None = None
+    database_source: str = ""
+    ledger_id: str | None = None
 
 
 def _env(name: str) -> str | None:
@@ -401,17 +1452,29 @@ def _env(name: str) -> str | None:
     return value if value else None  # set but empty: not pinned, as shells treat it
 
 
-def _env_path(name: str) -> str:
+def _is_url(value: Any) -> bool:
+    return isinstance(value, str) and "://" in value
+
+
+def _env_path(name: str, urls: bool = False) -> str:
     value = _env(name)
+    if urls and _is_url(value):
+        if normalise_url(value) is None:
+            raise LedgerError(f"{name} is not a URL dpsql reads: {value!r}")
+        return value
     if value == ":memory:" or not Path(value).is_absolute():
         # fail closed: a misconfigured pin must not silently become no pin
-        raise LedgerError(f"{name} must be an absolute file path, got {value!r}")
+        raise LedgerError(f"{name} must be an absolute file path"
+                          f"{' or a URL' if urls else ''}, got {value!r}")
     return str(Path(value).resolve())
 
 
 def _same_file(given: str | Path, pinned: str) -> bool:
     if str(given) == ":memory:":
         return False
+    if _is_url(pinned) or _is_url(str(given)):
+        return _is_url(pinned) and _is_url(str(given)) and \
+            normalise_url(str(given)) == normalise_url(pinned)
     a, b = Path(given).resolve(), Path(pinned)
     if a == b:
         return True
@@ -443,15 +1506,15 @@ def pinned_catalog(catalog: Any) -> Any:
 
 
 def pins(catalog) -> Pins:
-    """The ledger and analyst pins in force for ``catalog``: environment, then catalog.
+    """The pins in force for ``catalog``: environment first, then the catalog.
 
     Raises:
         LedgerError: a pin in the environment is malformed.
     """
-    ledger = analyst = None
-    ledger_source = analyst_source = ""
+    ledger = analyst = database = None
+    ledger_source = analyst_source = database_source = ""
     if _env(LEDGER_ENV) is not None:
-        ledger, ledger_source = _env_path(LEDGER_ENV), LEDGER_ENV
+        ledger, ledger_source = _env_path(LEDGER_ENV, urls=True), LEDGER_ENV
     elif getattr(catalog, "ledger", None) is not None:
         ledger, ledger_source = catalog.ledger, "the catalog's 'ledger:'"
     if _env(ANALYST_ENV) is not None:
@@ -459,7 +1522,13 @@ def pins(catalog) -> Pins:
         check_analyst(analyst, ANALYST_ENV)
     elif getattr(catalog, "analyst", None) is not None:
         analyst, analyst_source = catalog.analyst, "the catalog's 'analyst:'"
-    return Pins(ledger, analyst, ledger_source, analyst_source)
+    if _env(DATABASE_ENV) is not None:
+        database, database_source = _env_path(DATABASE_ENV, urls=True), DATABASE_ENV
+    elif getattr(catalog, "database", None) is not None:
+        database, database_source = catalog.database, "the catalog's 'database:'"
+    ledger_id = _env(LEDGER_ID_ENV) or getattr(catalog, "ledger_id", None)
+    return Pins(ledger, analyst, ledger_source, analyst_source, database, database_source,
+                ledger_id)
 
 
 def apply_pins(pinned: Pins, ledger: Any, analyst: str | None) -> tuple[Any, str | None]:
@@ -488,33 +1557,35 @@ def apply_pins(pinned: Pins, ledger: Any, analyst: str | None) -> tuple[Any, str
     return ledger, analyst
 
 
-def check_analyst(name: Any, where: str = "analyst") -> None:
-    """An analyst name is printable text and not ``'*'`` (the data set's total).
+def apply_database_pin(pinned: Pins, database: Any) -> Any:
+    """The database a connection uses: the pin, or its own when unpinned.
+
+    Under a pin, ``database`` must be None (use the pin), the same file (by device and
+    inode: a symlink or hard link to it is the same) or the same server (normalised URL:
+    backend, host, port, database name). Anything else, an open connection object
+    included (its file cannot be checked), is refused before anything is opened.
 
     Raises:
-        LedgerError: it is not.
+        LedgerError: ``database`` names another database than the pin.
     """
-    if not isinstance(name, str) or not name or name == ALL or not is_plain(name):
-        raise LedgerError(
-            f"{where} must be a name of printable characters ('*' is reserved for the "
-            f"data set's total), got {name!r}")
+    pin = pinned.database
+    if pin is None:
+        return database
+    if database is None:
+        return pin
+    if isinstance(database, str | Path):
+        given = str(database)
+        if _is_url(pin) and _is_url(given) and normalise_url(given) == normalise_url(pin):
+            return database
+        from dpsql.backends import ledger_home
 
-
-def _storable(text: str) -> str:
-    """Text SQLite can store: a lone surrogate (not UTF-8) becomes a visible escape."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
-
-
-def _check_pair(total) -> None:
-    try:
-        eps, delta = (float(x) for x in total)
-    except (TypeError, ValueError):
-        raise PrivacyParameterError(f"a budget is an (epsilon, delta) pair, got {total!r}") \
-            from None
-    if not (eps > 0 and eps != float("inf")) or not 0 <= delta < 1:
-        raise PrivacyParameterError(
-            f"a budget needs epsilon > 0 and 0 <= delta < 1, got ({eps}, {delta})")
+        a = ledger_home(given) if _is_url(given) else Path(given)
+        b = ledger_home(pin) if _is_url(pin) else Path(pin)
+        if a is not None and b is not None and str(given) != ":memory:":
+            with contextlib.suppress(OSError):
+                if os.path.samefile(a, b):
+                    return database
+    shown = database if isinstance(database, str | Path) else type(database).__name__
+    raise LedgerError(
+        f"database={str(shown)!r} is refused: the data owner pinned this data set's "
+        f"database ({pinned.database_source}); leave it unset or name the same one")

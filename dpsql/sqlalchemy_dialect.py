@@ -12,9 +12,10 @@ URL::
 cap), and ``error_columns=true`` (each error bar as a column ``<name>_error`` and the
 level as ``confidence``, see :mod:`dpsql.dbapi`; ``true``/``false``, ``1``/``0``).
 Unknown keys are refused. Whoever writes the URL chooses these, so a service whose
-analysts write URLs pins the catalog, the ledger and the analyst (see
-:mod:`dpsql.ledger`): a URL that names another is refused when it connects
-(``sqlalchemy.exc.OperationalError`` wrapping a :class:`dpsql.LedgerError`).
+analysts write URLs pins the catalog, the database, the ledger and the analyst (see
+:mod:`dpsql.ledger`): a URL that names another (another database file is compared by
+device and inode) is refused when it connects (``sqlalchemy.exc.OperationalError``
+wrapping a :class:`dpsql.LedgerError`).
 
 With two slashes, ``dpsql+duckdb://pums.duckdb``, SQLAlchemy reads ``pums.duckdb`` as a
 host and no database: refused, never an empty in-memory database.

@@ -138,7 +138,7 @@ def test_corrupted_or_foreign_ledger_is_refused(db, tmp_path):
 
 def test_zcdp_bound_admits_more_small_queries_than_basic_composition():
     led = Ledger(":memory:")
-    led.ensure_budget("d", (1.0, 1e-5))
+    led.ensure_budget("d", (1.0, 1e-5), accountant="zcdp")
     for _ in range(400):  # basic composition would stop after 100
         led.charge("d", "a", Cost(0.01), "q")
     s = led.spent("d")
@@ -223,7 +223,7 @@ def test_sigkill_mid_query_leaves_a_valid_ledger_with_the_charge(db, tmp_path):
         if ledger.exists():
             try:
                 con = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True, timeout=5)
-                charged = con.execute("SELECT COUNT(*) FROM charges").fetchone()[0]
+                charged = con.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
                 con.close()
             except sqlite3.OperationalError:
                 pass
@@ -232,7 +232,7 @@ def test_sigkill_mid_query_leaves_a_valid_ledger_with_the_charge(db, tmp_path):
     proc.wait(timeout=30)
     con = sqlite3.connect(ledger)
     assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    outcomes = [r[0] for r in con.execute("SELECT outcome FROM charges ORDER BY id")]
+    outcomes = [r[0] for r in con.execute("SELECT outcome FROM entries ORDER BY id")]
     con.close()
     # every charge survived; at most the last one was cut off mid-query
     assert set(outcomes[:-1]) == {"answered"}

@@ -52,7 +52,7 @@ def _wait_for_charge(ledger: Path, timeout: float = 60.0) -> None:
         if ledger.exists():
             con = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)
             try:
-                if con.execute("SELECT count(*) FROM charges WHERE outcome = 'charged'"
+                if con.execute("SELECT count(*) FROM entries WHERE outcome = 'charged'"
                                ).fetchone()[0]:
                     time.sleep(0.5)
                     return

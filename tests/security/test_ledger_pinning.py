@@ -48,7 +48,19 @@ def write_catalog(folder: Path, **top) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "catalog.yaml"
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    if isinstance(top.get("ledger"), str) and top["ledger"].endswith(".sqlite"):
+        owner_creates(folder / top["ledger"])
     return path
+
+
+def owner_creates(ledger: Path) -> None:
+    """The owner creates a pinned ledger (a connection never does: a missing pinned
+    ledger is refused, not taken as a fresh budget)."""
+    Ledger(ledger).close()
+
+
+def untouched(ledger: Path) -> bool:
+    return Ledger(ledger).log() == []
 
 
 @pytest.fixture
@@ -90,8 +102,8 @@ def test_connect_refuses_another_ledger(security_db, pinned, tmp_path, ask):
         arg = Ledger(":memory:")
     with pytest.raises(dpsql.LedgerError, match=r"ledger=.* is refused.*pinned"):
         dpsql.connect(security_db, cat, ledger=arg)
-    # refused before anything was opened: neither ledger file was created
-    assert not led.exists()
+    # refused before anything was opened: nothing charged, no other ledger created
+    assert untouched(led)
     if not isinstance(arg, Ledger):
         assert not other.exists()
 
@@ -183,7 +195,7 @@ def test_analyst_pin_refuses_another_name(security_db, tmp_path):
     cat = write_catalog(tmp_path / "a", ledger="l.sqlite", analyst="alice")
     with pytest.raises(dpsql.LedgerError, match=r"analyst='mallory' is refused"):
         dpsql.connect(security_db, cat, analyst="mallory")
-    assert not (tmp_path / "a" / "l.sqlite").exists()
+    assert untouched(tmp_path / "a" / "l.sqlite")
     with pytest.raises(dbapi.OperationalError, match="analyst='mallory' is refused"):
         dbapi.connect(security_db, str(cat), analyst="mallory")
     engine = create_engine(url(security_db, cat, analyst="mallory"))
@@ -235,9 +247,13 @@ def test_env_pins_the_ledger(security_db, tmp_path, monkeypatch):
     with pytest.raises(dpsql.LedgerError, match="is refused"):
         dpsql.connect(security_db, cat, ledger=tmp_path / "fresh.sqlite")
     assert not led.exists()
+    # a missing pinned ledger is refused, never a fresh budget: the owner creates it
+    with pytest.raises(dpsql.LedgerError, match="does not exist"):
+        dpsql.connect(security_db, cat)
+    assert not led.exists()
+    owner_creates(led)
     with dpsql.connect(security_db, cat) as conn:
         conn.execute(QUERY, epsilon=1.0)
-    assert led.exists()
     with (dpsql.connect(security_db, cat, ledger=led) as conn,
           pytest.raises(dpsql.BudgetExhaustedError)):
         conn.execute(QUERY, epsilon=0.5)
@@ -246,6 +262,7 @@ def test_env_pins_the_ledger(security_db, tmp_path, monkeypatch):
 def test_env_wins_over_the_catalog(security_db, pinned, tmp_path, monkeypatch):
     cat, catalog_ledger = pinned
     env_ledger = tmp_path / "env.sqlite"
+    owner_creates(env_ledger)
     monkeypatch.setenv(LEDGER_ENV, str(env_ledger))
     monkeypatch.setenv(ANALYST_ENV, "carol")
     with pytest.raises(dpsql.LedgerError, match=LEDGER_ENV):
@@ -253,7 +270,7 @@ def test_env_wins_over_the_catalog(security_db, pinned, tmp_path, monkeypatch):
     with dpsql.connect(security_db, cat) as conn:
         assert conn.analyst == "carol"
         conn.execute(QUERY, epsilon=0.5)
-    assert env_ledger.exists() and not catalog_ledger.exists()
+    assert not untouched(env_ledger) and untouched(catalog_ledger)
     with pytest.raises(dpsql.LedgerError, match=f"analyst='bob' is refused.*{ANALYST_ENV}"):
         dpsql.connect(security_db, cat, analyst="bob")
 
@@ -278,6 +295,7 @@ def test_pinned_ledger_is_not_seeded_by_a_connection(security_db, tmp_path, monk
     del doc["budget"]
     doc_path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     led = tmp_path / "env.sqlite"
+    owner_creates(led)
     monkeypatch.setenv(LEDGER_ENV, str(led))
     with pytest.raises(dpsql.PrivacyParameterError, match="pinned ledger"):
         dpsql.connect(security_db, doc_path, budget=(100.0, 0.5))
@@ -311,7 +329,7 @@ def test_env_pins_the_catalog(security_db, pinned, tmp_path, monkeypatch):
     engine.dispose()
     with dpsql.connect(security_db, cat) as conn:
         assert conn.budget.spent == (1.0, 0.0)
-    assert led.exists()
+    assert not untouched(led)
 
 
 def test_no_catalog_without_a_pin_is_a_catalog_error(security_db):
@@ -332,6 +350,9 @@ def test_relative_ledger_resolves_against_the_catalog_file(tmp_path, monkeypatch
     ({"ledger": ":memory:"}, "cannot be ':memory:'"),
     ({"ledger": ""}, "must be a file path"),
     ({"ledger": 3}, "must be a file path"),
+    ({"database": ""}, "database must be a file path"),
+    ({"database": ":memory:"}, "cannot be ':memory:'"),
+    ({"ledger_id": "../x"}, "ledger_id must be"),
     ({"analyst": "*"}, "analyst must be a name"),
     ({"analyst": "bob\nforged"}, "analyst must be a name"),
 ])
