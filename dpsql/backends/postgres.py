@@ -34,6 +34,7 @@ owner's log only (:mod:`dpsql.backends._boundary`).
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import sqlalchemy as sa
@@ -96,7 +97,7 @@ def _refuse_nul(sql: str) -> None:
         raise PreparationError("the SQL text holds a NUL character")
 
 
-def _prepared_fields(raw, sql: str) -> list[tuple[str, int]]:
+def _prepared_fields(raw, sql: str, typmods: bool = False) -> list[tuple]:
     """Parses and describes ``sql`` as the unnamed prepared statement of the psycopg
     connection ``raw``: one statement (the protocol carries no more), bound, not
     planned, not run. Returns its (column name, type OID)s."""
@@ -109,6 +110,9 @@ def _prepared_fields(raw, sql: str) -> list[tuple[str, int]]:
                    pgconn.describe_prepared(b"")):
         if result.status != pq.ExecStatus.COMMAND_OK:
             raise PreparationError(result.error_message.decode(encoding, "replace").strip())
+    if typmods:
+        return [(result.fname(i).decode(encoding), result.ftype(i), result.fmod(i))
+                for i in range(result.nfields)]
     return [(result.fname(i).decode(encoding), result.ftype(i))
             for i in range(result.nfields)]
 
@@ -247,6 +251,11 @@ _PG_INTEGERS = ("SMALLINT", "INTEGER", "BIGINT")
 _PG_FLOATS = ("FLOAT", "DOUBLE")
 
 
+def _is_numeric(t: str | None) -> bool:
+    """PostgreSQL's NUMERIC, unconstrained or with a precision."""
+    return t is not None and (t == "NUMERIC" or t.startswith("NUMERIC("))
+
+
 def _literal_value(node: exp.Expression):
     """The number a (possibly negated, bracketed) numeric literal writes, else None."""
     sign = 1
@@ -296,8 +305,11 @@ def _bounded_numeric(node: exp.Expression, types: total.Types) -> bool:
         return True
     if isinstance(node, exp.Cast) and types(node.this) in (*_PG_INTEGERS, *_PG_FLOATS):
         return True  # an integer or a float8 as NUMERIC: at most 1.8e308
-    if isinstance(node, exp.Cast) and types(node.this) == "NUMERIC":
+    if isinstance(node, exp.Cast) and _is_numeric(types(node.this)):
         return _bounded_numeric(node.this, types)
+    digits = total.decimal_digits(str(types(node) or "").replace("NUMERIC", "DECIMAL"))
+    if digits is not None and digits[0] - digits[1] <= 309:
+        return True  # NUMERIC(p, s): fewer than p - s integer digits
     if isinstance(node, exp.Sum | exp.Avg | exp.Min | exp.Max):
         # fewer than 2**48 values of at most 1.8e308: at most 5e322
         arg = node.this
@@ -325,9 +337,12 @@ def _pg_meet(node: exp.Expression, types: total.Types) -> bool:
     values = [t for t in values if t != total.NULL]
     if any(t is None for t in values):
         return False
-    kinds = set(values)
+    # NUMERICs of different precisions meet in an unconstrained NUMERIC (no coercion)
+    kinds = {"NUMERIC" if _is_numeric(t) else t for t in values}
     if len(kinds) <= 1:
         return True
+    if isinstance(node, total.COMPARISONS) and kinds <= {"DATE", "TIMESTAMP"}:
+        return True  # cross-type operators, which never convert (13+: no overflow)
     if kinds <= set(_PG_INTEGERS):
         return True
     if kinds <= {*_PG_INTEGERS, "NUMERIC"}:
@@ -338,7 +353,7 @@ def _pg_meet(node: exp.Expression, types: total.Types) -> bool:
 def _pg_arith(node: exp.Expression, types: total.Types) -> bool:
     """NUMERIC + - * of bounded NUMERICs: at most 1e618 in magnitude, far inside
     NUMERIC's range; NaN and infinities propagate (PostgreSQL 14+), never raise."""
-    return types(node) == "NUMERIC" and all(
+    return _is_numeric(types(node)) and all(
         _bounded_numeric(o, types) for o in (node.this, node.expression))
 
 
@@ -361,19 +376,26 @@ def _pg_division(node: exp.Expression, types: total.Types) -> bool:
         a, b = node.expressions
     else:
         a, b = node.this, node.expression
-    return types(node) == "NUMERIC" and _bounded_numeric(a, types) and _nonzero(b) and \
-        types(b) in ("NUMERIC", *_PG_INTEGERS, total.NULL)
+    return _is_numeric(types(node)) and _bounded_numeric(a, types) and _nonzero(b) and \
+        (_is_numeric(types(b)) or types(b) in (*_PG_INTEGERS, total.NULL))
 
 
 def _pg_cast(node: exp.Expression, types: total.Types) -> bool:
     source, target = types(node.this), types(node)
     if source is None or target is None:
         return False
-    if source in (target, total.NULL) or _constant(node.this):
-        return True  # no conversion, or a constant's (folded while planning)
+    if source in (target, total.NULL):
+        return True
+    if _constant(node.this):
+        # a constant: numbers and text to numbers are converted while planning (the
+        # input functions are immutable); text to a date or timestamp is not (it
+        # depends on DateStyle), so the literal itself must be a valid ISO date
+        if target in ("DATE", "TIMESTAMP"):
+            return isinstance(node.this, exp.Literal) and _iso_date(node.this.this)
+        return target != "TIMESTAMPTZ"
     if target == "VARCHAR":
-        return source in (*_PG_INTEGERS, *_PG_FLOATS, "NUMERIC", "BOOLEAN", "VARCHAR",
-                          "DATE", "TIMESTAMP")
+        return _is_numeric(source) or source in (*_PG_INTEGERS, *_PG_FLOATS, "BOOLEAN",
+                                                 "VARCHAR", "DATE", "TIMESTAMP")
     if target in _PG_INTEGERS and source in _PG_INTEGERS:
         return _PG_INTEGERS.index(source) <= _PG_INTEGERS.index(target)
     if target == "NUMERIC":
@@ -391,7 +413,14 @@ def _pg_cast(node: exp.Expression, types: total.Types) -> bool:
         # and infinities were mapped onto an end, then to NULL)
         return bounds is not None and bounds[0] >= -Fraction(2) ** bits - Fraction(1, 2) \
             and bounds[1] <= Fraction(2) ** bits - Fraction(1, 2)
-    if source == "NUMERIC" and target in (*_PG_INTEGERS, "DOUBLE", "FLOAT"):
+    target_digits = total.decimal_digits(target.replace("NUMERIC", "DECIMAL"))
+    if (_is_numeric(source) or source in _PG_INTEGERS) and target_digits is not None:
+        # to NUMERIC(p, s): strictly inside ±(10**(p-s) - 10**-s / 2), it rounds into it
+        bounds = _sentinel_bounds(node.this)
+        precision, scale = target_digits
+        limit = Fraction(10) ** (precision - scale) - Fraction(1, 2) * Fraction(10) ** -scale
+        return bounds is not None and -limit <= bounds[0] and bounds[1] <= limit
+    if _is_numeric(source) and target in (*_PG_INTEGERS, "DOUBLE", "FLOAT"):
         inner = node.this
         while isinstance(inner, exp.Paren):
             inner = inner.this
@@ -420,6 +449,27 @@ def _pg_cast(node: exp.Expression, types: total.Types) -> bool:
 #: float targets: (largest magnitude, most decimals a value may keep without underflow)
 _FLOAT_TARGETS = {"DOUBLE": (Fraction(17, 10) * Fraction(10) ** 308, 300),
                   "FLOAT": (Fraction(34, 10) * Fraction(10) ** 38, 37)}
+
+
+def _iso_date(text: str) -> bool:
+    """A date or timestamp literal PostgreSQL reads in any DateStyle, years 1..9999.
+
+    >>> _iso_date("1995-09-01"), _iso_date("2024-02-30"), _iso_date("2000-01-01 10:00:00")
+    (True, False, True)
+    """
+    import datetime
+
+    try:
+        if len(text) == 10:
+            datetime.date.fromisoformat(text)
+        elif re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?",
+                          text):
+            datetime.datetime.fromisoformat(text)
+        else:
+            return False
+    except ValueError:
+        return False
+    return True
 
 
 def _pattern_guarded(node: exp.Cast) -> bool:
@@ -479,9 +529,9 @@ def _pg_sum(node: exp.Expression, types: total.Types) -> bool:
     """SUM/AVG of NUMERICs or integers: NUMERIC accumulators (see postgres_sums)."""
     arg = node.this
     if isinstance(arg, exp.Distinct):
-        return all(types(e) in ("NUMERIC", *_PG_INTEGERS, total.NULL)
+        return all(_is_numeric(types(e)) or types(e) in (*_PG_INTEGERS, total.NULL)
                    for e in arg.expressions)
-    return types(arg) in ("NUMERIC", *_PG_INTEGERS, total.NULL)
+    return _is_numeric(types(arg)) or types(arg) in (*_PG_INTEGERS, total.NULL)
 
 
 def _pg_text(node: exp.Expression, types: total.Types) -> bool:
@@ -507,15 +557,16 @@ def _pg_unary(node: exp.Expression, types: total.Types) -> bool:
     float (IEEE negation and absolute value do not overflow)."""
     if isinstance(node, exp.Round):
         places = node.args.get("decimals")
-        return types(node.this) == "NUMERIC" and (
+        return _is_numeric(types(node.this)) and (
             places is None or (_literal_value(places) is not None
                                and abs(_literal_value(places)) <= 1000))
-    return types(node.this) in ("NUMERIC", *_PG_FLOATS)
+    return _is_numeric(types(node.this)) or types(node.this) in _PG_FLOATS
 
 
 def _pg_number(node: exp.Expression, types: total.Types) -> bool:
     """SIGN, FLOOR, CEIL of a number: exact, never out of range."""
-    return types(node.this) in (*_PG_INTEGERS, *_PG_FLOATS, "NUMERIC", total.NULL)
+    return _is_numeric(types(node.this)) or types(node.this) in (*_PG_INTEGERS, *_PG_FLOATS,
+                                                                   total.NULL)
 
 
 def _pg_domain(node: exp.Expression, types: total.Types) -> bool:
@@ -610,7 +661,13 @@ TOTAL = total.AllowList("PostgreSQL", (
 
 
 def _pg_bind_types(raw, sql: str) -> list[str | None]:
-    return [_PG_TYPES.get(oid) for _, oid in _prepared_fields(raw, sql)]
+    out = []
+    for _, oid, typmod in _prepared_fields(raw, sql, typmods=True):
+        name = _PG_TYPES.get(oid)
+        if name == "NUMERIC" and typmod >= 4:  # ((precision << 16) | scale) + 4
+            name = f"NUMERIC({(typmod - 4) >> 16},{(typmod - 4) & 0xFFFF})"
+        out.append(name)
+    return out
 
 
 PostgresBackend.allow = TOTAL
