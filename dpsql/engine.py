@@ -311,6 +311,8 @@ class Connection:
                                 f"{type(exc).__name__}: {exc}")
             raise
         except Exception as exc:  # noqa: BLE001 - dpsql's own bug, found before the charge
+            if _interrupted(exc):  # Ctrl-C reached the engine while it planned
+                raise QueryCancelled(charged=False) from None
             err = _internal(exc, "analysing")
             self._ledger.refuse(self._dataset, self._analyst, text,
                                 f"{type(err).__name__}: {err}")
@@ -713,6 +715,12 @@ def _options(sql, epsilon, delta, max_groups, max_rows, limits=None):
             "no epsilon: pass epsilon=... or write SELECT WITH DIFFERENTIAL_PRIVACY "
             "OPTIONS (epsilon = ...)")
     return sql, epsilon, 0.0 if delta is None else delta, max_groups, max_rows
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether an engine's exception is a Ctrl-C that reached it (DuckDB's own)."""
+    return isinstance(exc, duckdb.InterruptException) or (
+        type(exc) is RuntimeError and str(exc) == "Query interrupted")
 
 
 def _internal(exc: BaseException, stage: str, charged: bool = False) -> DpsqlError:
