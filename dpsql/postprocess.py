@@ -488,6 +488,17 @@ class _Intervals:
         self.env = env
 
     def visit(self, e: exp.Expression) -> tuple[float, float]:
+        """The interval of ``e``; total (it runs after the charge): an end that comes out
+        NaN (``-inf + inf``) or an arithmetic error makes the interval the whole line."""
+        try:
+            low, high = self._visit(e)
+        except (ArithmeticError, ValueError):
+            return _WHOLE
+        if math.isnan(low) or math.isnan(high):
+            return _WHOLE
+        return (low, high)
+
+    def _visit(self, e: exp.Expression) -> tuple[float, float]:
         if isinstance(e, exp.Column):
             iv = self.env.get(e.name)
             if iv is None:

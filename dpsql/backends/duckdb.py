@@ -423,11 +423,11 @@ TOTAL = total.AllowList("DuckDB", (
         exp.Between, exp.In), total.operands_meet,
        "operands of one type, or numbers that widen to a common one: nothing is converted "
        "that can fail"),
-    _E((exp.Is,), total.always, "IS NULL only tests"),
+    _E((exp.Is,), total.is_test, total.is_test.__doc__.split(";")[0]),
     _E((exp.And, exp.Or, exp.Xor, exp.Not), total.all_operands("BOOLEAN"),
        "boolean logic over booleans"),
     _E((exp.Case, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif),
-       total.operands_meet_result,
+       lambda n, t: total.searched_case(n, t) and total.operands_meet_result(n, t),
        "chooses one operand; every operand is of the result's type or widens to it"),
     _E((exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Abs, exp.Sqrt, exp.Ln,
         exp.Exp), total.floating,

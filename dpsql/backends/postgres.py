@@ -278,6 +278,39 @@ def _constant(node: exp.Expression) -> bool:
         isinstance(node, exp.Literal) and node.is_string)
 
 
+_FLOAT_RANGES = {"DOUBLE": (Fraction(22250738585072014, 10**324),
+                            Fraction(17976931348623157) * Fraction(10) ** 292),
+                 "FLOAT": (Fraction(11754944, 10**45), Fraction(34028234) * Fraction(10) ** 31)}
+_INT_BITS = {"SMALLINT": 15, "INTEGER": 31, "BIGINT": 63}
+
+
+def _fits(value: Fraction, target: str) -> bool:
+    """Whether a numeric constant converts to ``target`` without error (PostgreSQL does it
+    while planning, which dpsql's check does not do: so it is checked here, before the
+    charge).
+
+    >>> _fits(Fraction(10) ** 400, "DOUBLE"), _fits(Fraction(1, 10**400), "DOUBLE")
+    (False, False)
+    >>> _fits(Fraction(2**31 - 1), "INTEGER"), _fits(Fraction(2**31), "INTEGER")
+    (True, False)
+    """
+    if _is_numeric(target) and "(" not in target or target == "VARCHAR":
+        return True
+    if target in _FLOAT_RANGES:
+        low, high = _FLOAT_RANGES[target]
+        return value == 0 or low <= abs(value) <= high
+    if target in _INT_BITS:
+        bits = _INT_BITS[target]
+        return -Fraction(2) ** bits - Fraction(1, 2) < value < Fraction(2) ** bits - \
+            Fraction(1, 2)
+    digits = total.decimal_digits(target.replace("NUMERIC", "DECIMAL"))
+    if digits is not None:
+        precision, scale = digits
+        return abs(value) < Fraction(10) ** (precision - scale) - \
+            Fraction(1, 2) * Fraction(10) ** -scale
+    return False
+
+
 def _sentinel_bounds(node: exp.Expression) -> tuple[Fraction, Fraction] | None:
     """(low, high) of ``NULLIF(NULLIF(LEAST(GREATEST(v, low), high), high), low)``: the
     value lies strictly between them (or is NULL)."""
@@ -334,6 +367,14 @@ def _pg_meet(node: exp.Expression, types: total.Types) -> bool:
     result = types(node) if not isinstance(node, total.COMPARISONS) else None
     if result is not None:
         values.append(result)
+    # a numeric constant meeting floats is converted to one while planning, after the
+    # charge here: it must fit the narrowest float involved
+    floats = [t for t in values if t in _PG_FLOATS]
+    target = "FLOAT" if "FLOAT" in floats else "DOUBLE"
+    for o in total.operands(node):
+        value = _literal_value(o)
+        if floats and value is not None and not _fits(value, target):
+            return False
     values = [t for t in values if t != total.NULL]
     if any(t is None for t in values):
         return False
@@ -387,12 +428,18 @@ def _pg_cast(node: exp.Expression, types: total.Types) -> bool:
     if source in (target, total.NULL):
         return True
     if _constant(node.this):
-        # a constant: numbers and text to numbers are converted while planning (the
-        # input functions are immutable); text to a date or timestamp is not (it
-        # depends on DateStyle), so the literal itself must be a valid ISO date
+        # a constant: PostgreSQL converts it while planning, which dpsql's check does
+        # not do, so its conversion is checked here; text to a date or timestamp is not
+        # even folded (it depends on DateStyle): the literal must be a valid ISO date
         if target in ("DATE", "TIMESTAMP"):
             return isinstance(node.this, exp.Literal) and _iso_date(node.this.this)
-        return target != "TIMESTAMPTZ"
+        value = _literal_value(node.this)
+        if value is None and isinstance(node.this, exp.Literal) and \
+                re.fullmatch(r"-?[0-9]{1,30}(\.[0-9]{1,30})?", node.this.this):
+            value = Fraction(node.this.this)
+        if value is not None:
+            return _fits(value, target)
+        return target == "VARCHAR" or isinstance(node.this, exp.Null)
     if target == "VARCHAR":
         return _is_numeric(source) or source in (*_PG_INTEGERS, *_PG_FLOATS, "BOOLEAN",
                                                  "VARCHAR", "DATE", "TIMESTAMP")
@@ -521,7 +568,7 @@ def _pg_dates(node: exp.Expression, types: total.Types) -> bool:
     if not temporal or not all(_kept_in_years(x) for x in temporal):
         return False
     others = [x for x in sides if x not in temporal]
-    return all(isinstance(x, exp.Interval) and isinstance(x.this, exp.Literal)
+    return all(isinstance(x, exp.Interval) and total.constant_interval(x, types)
                for x in others)
 
 
@@ -626,9 +673,10 @@ TOTAL = total.AllowList("PostgreSQL", (
     _E(total.COMPARISONS, _pg_meet,
        "operands of one type, integers with integers, NUMERIC or floats: cross-type "
        "operators or exact conversions; constants converted while planning"),
-    _E((exp.Is,), total.always, "IS NULL only tests"),
+    _E((exp.Is,), total.is_test, total.is_test.__doc__.split(";")[0]),
     _E((exp.And, exp.Or, exp.Not), total.all_operands("BOOLEAN"), "boolean logic"),
-    _E((exp.Case, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif), _pg_meet,
+    _E((exp.Case, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif),
+       lambda n, t: total.searched_case(n, t) and _pg_meet(n, t),
        "chooses one operand, each of the result's type or converting to it exactly"),
     _E((exp.Add, exp.Sub, exp.Mul), _pg_arith, _pg_arith.__doc__.split(":")[0]),
     _E((exp.Div, exp.Mod), _pg_division, "NUMERIC division by a non-zero divisor"),

@@ -255,8 +255,9 @@ def conditions(node: exp.Expression) -> list[tuple[str, int | None]]:
         return [("on", None)] if node.args.get("on") is not None else []
     if isinstance(node, exp.And | exp.Or | exp.Xor):
         return [("this", None), ("expression", None)]
-    if isinstance(node, exp.If):
-        return [("this", None)]
+    if isinstance(node, exp.If) and not (isinstance(node.parent, exp.Case)
+                                         and node.parent.this is not None):
+        return [("this", None)]  # a simple CASE's WHEN values are compared, not tested
     return []
 
 
@@ -689,6 +690,17 @@ def always(node: exp.Expression, types: Types) -> bool:
     return True
 
 
+def is_test(node: exp.Expression, types: Types) -> bool:
+    """``IS NULL`` only tests; ``IS TRUE``/``IS FALSE`` convert a non-boolean operand."""
+    return isinstance(node.expression, exp.Null) or types(node.this) in ("BOOLEAN", NULL)
+
+
+def searched_case(node: exp.Expression, types: Types) -> bool:
+    """A CASE with conditions (``CASE WHEN c THEN ...``): ``CASE x WHEN v`` compares ``x``
+    with each value, in a type of the engine's choosing, so it is guarded whole."""
+    return not isinstance(node, exp.Case) or node.this is None
+
+
 def operands_meet(node: exp.Expression, types: Types) -> bool:
     """The operands meet in a common type by widening (:func:`widening`)."""
     return widening(types(o) for o in operands(node))
@@ -723,9 +735,18 @@ def negated_literal(node: exp.Expression, types: Types) -> bool:
     return isinstance(inner, exp.Literal) and not inner.is_string
 
 
+#: Largest amount of a constant interval taken as total: DuckDB converts ``INTERVAL n
+#: unit`` row by row where it does not fold it (``to_years(999999999)`` overflows).
+MAX_INTERVAL_AMOUNT = 10**6
+
+
 def constant_interval(node: exp.Expression, types: Types) -> bool:
-    """``INTERVAL '<constant>' unit``: a constant, parsed while planning."""
-    return isinstance(node.this, exp.Literal)
+    """``INTERVAL <whole number up to a million> unit``: a conversion that cannot leave
+    the interval's range (months, days and microseconds of 32 and 64 bits) for any unit
+    up to years; not a spelled-out text such as ``'1 day 2 hours'``."""
+    amount = node.this
+    text = amount.this.strip() if isinstance(amount, exp.Literal) else ""
+    return bool(re.fullmatch(r"-?[0-9]{1,7}", text)) and abs(int(text)) <= MAX_INTERVAL_AMOUNT
 
 
 def anonymous(*names: str) -> Callable[[exp.Expression, Types], bool]:
