@@ -35,6 +35,7 @@ from dpsql.catalog import Catalog, Table, load_catalog
 from dpsql.errors import (
     AnalysisError,
     BackendError,
+    BudgetExhaustedError,
     CatalogError,
     DpsqlError,
     LedgerError,
@@ -305,6 +306,11 @@ class Connection:
                 sql, epsilon, delta, max_groups, max_rows, self._catalog.limits)
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
                                                       mechanism)
+            # a query that cannot fit is refused before the engine binds it (fast); the
+            # charge below still decides atomically
+            reason = self.budget.refusal(plan.charge)
+            if reason is not None:
+                raise BudgetExhaustedError(reason)
             expression, read = self._check(plan, expression, backend)
         except DpsqlError as exc:
             self._ledger.refuse(self._dataset, self._analyst, text,

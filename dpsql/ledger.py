@@ -1390,6 +1390,35 @@ class BudgetView:
             out.append((self._cap[0], _sum(self._cap[1])))
         return accountant, out
 
+    def refusal(self, cost: Cost) -> str | None:
+        """Why ``cost`` would not fit now (None if it would): a read, for refusing a
+        query early and cheaply; :meth:`Ledger.charge` decides, atomically."""
+        accountant, limits = self._limits()
+        names = self._limit_names()
+        for name, (total, so_far) in zip(names, limits, strict=False):
+            acc = Accounting(total, accountant)
+            if not acc.fits(so_far.plus(cost)):
+                left = acc.remaining(so_far)
+                return (f"query needs epsilon={cost.epsilon:g}, delta={cost.delta:g} "
+                        f"but the {name} budget has only epsilon={left[0]:g}, "
+                        f"delta={left[1]:g} left (total epsilon={total[0]:g}, "
+                        f"delta={total[1]:g}, {accountant} composition)")
+        return None
+
+    def _limit_names(self) -> list[str]:
+        """The names of :meth:`_limits`' entries, in its order (as the charge says them)."""
+        led = self.ledger
+        names = []
+        with led._tx(write=False) as db:
+            if led._budget_row(db, self.dataset, ALL) is not None:
+                names.append("data set")
+            if self.analyst != ALL and led._budget_row(db, self.dataset,
+                                                       self.analyst) is not None:
+                names.append(f"analyst {self.analyst!r}")
+        if self._cap is not None:
+            names.append("connection")
+        return names
+
     @property
     def total(self) -> tuple[float, float]:
         _, limits = self._limits()
