@@ -757,7 +757,7 @@ def _pg_safe_node(node: exp.Expression, ctx: Context) -> exp.Expression:
         cond = test(this=_copy(x), expression=exp.Literal.number(0))
         return exp.Case(ifs=[exp.If(this=cond, true=node)])
     if isinstance(node, exp.Exp):
-        bounded = exp.Cast(this=_sentinel_clamp(node.this, "-700", "709"),
+        bounded = exp.Cast(this=_sentinel_clamp(_numeric(node.this, ctx), "-700", "709"),
                            to=exp.DataType.build("DOUBLE"))
         return exp.Exp(this=bounded)
     if isinstance(node, exp.Substring):
@@ -817,7 +817,10 @@ def _pg_try_cast(node: exp.Cast, ctx: Context) -> exp.Expression:
             guard = exp.RegexpLike(this=_copy(x), expression=exp.Literal.string(pattern))
             value = exp.Cast(this=x, to=exp.DataType.build("DECIMAL"))
         elif src in (*NUMERIC, None):
-            value = x if src == FLOAT else _numeric(x, ctx)
+            # in NUMERIC, exactly: a float's own comparisons with the bounds would round
+            # them (2147483647.5 is 2147483648 as a float4), and NaN and infinities are
+            # NUMERIC values that the sentinel maps to NULL
+            value = _numeric(x, ctx) if tf == INT or src != FLOAT else x
         else:
             return cast  # a type error while planning
         if tf == INT:

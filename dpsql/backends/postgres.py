@@ -311,11 +311,17 @@ def _fits(value: Fraction, target: str) -> bool:
     return False
 
 
-def _sentinel_bounds(node: exp.Expression) -> tuple[Fraction, Fraction] | None:
+def _sentinel_bounds(node: exp.Expression, types: total.Types | None = None
+                     ) -> tuple[Fraction, Fraction] | None:
     """(low, high) of ``NULLIF(NULLIF(LEAST(GREATEST(v, low), high), high), low)``: the
-    value lies strictly between them (or is NULL)."""
+    value lies strictly between them (or is NULL) — when the sentinel computes in
+    NUMERIC, where the literal bounds are exact (in a float type they are rounded, and
+    PostgreSQL may compare the NULLIFs in another float type than the LEAST: a float4
+    2147483648 passes the bound 2147483647.5)."""
     while isinstance(node, exp.Paren):
         node = node.this
+    if types is not None and not _is_numeric(types(node)):
+        return None
     if not (isinstance(node, exp.Nullif) and isinstance(node.this, exp.Nullif)):
         return None
     inner = node.this.this
@@ -350,7 +356,7 @@ def _bounded_numeric(node: exp.Expression, types: total.Types) -> bool:
         return all(_bounded_numeric(a, types) for a in args)
     if isinstance(node, exp.Coalesce):
         return all(_bounded_numeric(a, types) for a in (node.this, *node.expressions))
-    bounds = _sentinel_bounds(node)
+    bounds = _sentinel_bounds(node, types)
     if bounds is not None:
         return max(abs(bounds[0]), abs(bounds[1])) <= Fraction(10) ** 309
     if isinstance(node, exp.Round):
@@ -453,17 +459,10 @@ def _pg_cast(node: exp.Expression, types: total.Types) -> bool:
         return False
     if target == "DOUBLE" and source in (*_PG_INTEGERS, "FLOAT"):
         return True
-    if source in _PG_FLOATS and target in _PG_INTEGERS:
-        bounds = _sentinel_bounds(node.this)
-        bits = {"SMALLINT": 15, "INTEGER": 31, "BIGINT": 63}[target]
-        # strictly inside (-2**b - 0.5, 2**b - 0.5) a float rounds into the type (NaN
-        # and infinities were mapped onto an end, then to NULL)
-        return bounds is not None and bounds[0] >= -Fraction(2) ** bits - Fraction(1, 2) \
-            and bounds[1] <= Fraction(2) ** bits - Fraction(1, 2)
     target_digits = total.decimal_digits(target.replace("NUMERIC", "DECIMAL"))
     if (_is_numeric(source) or source in _PG_INTEGERS) and target_digits is not None:
         # to NUMERIC(p, s): strictly inside ±(10**(p-s) - 10**-s / 2), it rounds into it
-        bounds = _sentinel_bounds(node.this)
+        bounds = _sentinel_bounds(node.this, types)
         precision, scale = target_digits
         limit = Fraction(10) ** (precision - scale) - Fraction(1, 2) * Fraction(10) ** -scale
         return bounds is not None and -limit <= bounds[0] and bounds[1] <= limit
@@ -473,7 +472,7 @@ def _pg_cast(node: exp.Expression, types: total.Types) -> bool:
             inner = inner.this
         if isinstance(inner, exp.Extract | exp.Year | exp.Month | exp.Day):
             return target == "BIGINT"  # a date part of a date kept to years 1..9999
-        bounds = _sentinel_bounds(inner)
+        bounds = _sentinel_bounds(inner, types)
         if bounds is None:
             return False
         low, high = bounds
@@ -637,7 +636,7 @@ def _pg_exp(node: exp.Expression, types: total.Types) -> bool:
     arg = node.this
     while isinstance(arg, exp.Paren):
         arg = arg.this
-    bounds = _sentinel_bounds(arg.this) if isinstance(arg, exp.Cast) else None
+    bounds = _sentinel_bounds(arg.this, types) if isinstance(arg, exp.Cast) else None
     return bounds is not None and bounds[0] >= -700 and bounds[1] <= 709
 
 
