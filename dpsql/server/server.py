@@ -20,12 +20,12 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpsql.ledger import ALL, Ledger
+from dpsql.ledger import ALL
 from dpsql.server import ProtocolError, ServerError
 from dpsql.server import protocol as pg
 from dpsql.server.auth import MECHANISM, ScramExchange, Throttle, VerifierStore
 from dpsql.server.catalog_sql import ProbeDB
-from dpsql.server.config import ServerConfig
+from dpsql.server.config import ServerConfig, open_ledger
 from dpsql.server.session import (
     Outcome,
     Portal,
@@ -64,7 +64,7 @@ class Server:
         from dpsql.catalog import load_catalog
 
         self.catalog = load_catalog(str(config.catalog))
-        self.ledger = Ledger(config.ledger)
+        self.ledger = open_ledger(config, self.catalog)  # never created here
         if config.budget is not None:
             self.ledger.ensure_budget(self.catalog.dataset, config.budget, ALL,
                                       "serve config")

@@ -17,7 +17,7 @@ import pytest
 from dpsql.ledger import Ledger
 from dpsql.server.auth import VerifierStore
 
-from .conftest import start, stop, write_config
+from .conftest import init_ledger, start, stop, write_config
 
 FULL = os.environ.get("DPSQL_SERVE_LOAD") == "1"
 SESSIONS, QUERIES = (64, 50) if FULL else (8, 5)
@@ -164,6 +164,7 @@ def test_cancel_request_keeps_the_charge(tmp_path):
     (tmp_path / "serve.yaml").write_text(
         f"database: {tmp_path / 'big.duckdb'}\ncatalog: {tmp_path / 'big.yaml'}\n"
         f"ledger: {tmp_path / 'ledger.sqlite'}\nlisten: {{host: 127.0.0.1, port: 0}}\n")
+    init_ledger(tmp_path / "ledger.sqlite")
     store = VerifierStore(tmp_path / "ledger.sqlite.logins.sqlite")
     store.add("u0", "pw0")
     store.close()
