@@ -20,6 +20,8 @@ Example (paths are relative to the config file)::
       auth_timeout_seconds: 30
       workers: 16                  # threads that run queries
       probe_timeout_seconds: 5     # catalog probes (pg_catalog...) on the in-memory DuckDB
+      probe_max_rows: 10000        # a catalog probe's answer at most...
+      probe_max_bytes: 8388608     # ...and its size
 
 The config pins the database, catalog and ledger for every session: a login chooses
 none of them, and each session's analyst is its login.
@@ -55,6 +57,11 @@ class ServerLimits:
     auth_timeout_seconds: float = 30.0
     workers: int = 16
     probe_timeout_seconds: float = 5.0
+    #: A catalog probe's answer at most: rows, and bytes (counted while fetching).
+    probe_max_rows: int = 10_000
+    probe_max_bytes: int = 8 << 20
+    #: Portals of a session that may hold rows not yet sent (suspended by a row limit).
+    max_suspended_portals: int = 8
     #: Seconds a failed login waits before its answer (the same for unknown logins).
     failed_login_delay_seconds: float = 0.5
 

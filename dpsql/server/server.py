@@ -69,7 +69,8 @@ class Server:
             self.ledger.ensure_budget(self.catalog.dataset, config.budget, ALL,
                                       "serve config")
         self.store = VerifierStore(config.logins)
-        self.probe_db = ProbeDB(self.catalog, config.limits.probe_timeout_seconds)
+        self.probe_db = ProbeDB(self.catalog, config.limits.probe_timeout_seconds,
+                                config.limits.probe_max_rows, config.limits.probe_max_bytes)
         self.throttle = Throttle()
         self.ssl: ssl.SSLContext | None = None
         if config.tls:
@@ -385,6 +386,10 @@ class Server:
         tag = outcome.tag if not outcome.tag.startswith("SELECT") else f"SELECT {len(rows)}"
         if portal is not None and outcome.tag.startswith("SELECT"):
             tag = f"SELECT {portal.sent}"
+            # a portal run to completion keeps no rows (executing it again sends none,
+            # as in PostgreSQL)
+            outcome.rows = []
+            portal.sent = 0
         out.append(pg.command_complete(tag))
         return b"".join(out)
 
@@ -466,6 +471,13 @@ class Server:
                     reader, session, session.run, portal.statement.sql, portal.params,
                     portal.described)
             outcome = portal.outcome
+            if max_rows > 0 and len(outcome.rows) > max_rows + portal.sent:
+                held = sum(1 for p in session.portals.values() if p is not portal and
+                           p.outcome is not None and p.outcome.rows)
+                if held >= self.config.limits.max_suspended_portals:
+                    session.portals.pop(name, None)
+                    raise QueryError("53200", "too many open portals with rows not yet "
+                                     "fetched: close one first")
             formats = None
             if outcome.columns is not None:
                 formats = pg.formats_for(portal.result_formats, len(outcome.columns))

@@ -69,3 +69,56 @@ def test_ledger_id_pin(tmp_path):
     init_ledger(tmp_path / "ledger.sqlite")
     with pytest.raises(ServerError, match="not the pinned"):
         _server(config)
+
+
+# -- 2. a catalog query's answer is bounded ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def probe_db():
+    from dpsql.catalog import load_catalog
+    from dpsql.datasets import catalog_path
+    from dpsql.server.catalog_sql import ProbeDB
+
+    return ProbeDB(load_catalog(str(catalog_path("pums"))))
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT repeat('x', 10000) FROM range(100000)",
+    "SELECT 1 FROM range(100000000)",
+    "SELECT * FROM generate_series(1, 100000000)",
+    "SELECT generate_series(1, 100000000)",
+    "SELECT lpad('x', 100000000)",
+    "SELECT unnest(range(100000000))",
+    "SELECT x FROM unnest(list_resize([1], 100000000)) t(x)",
+    "SELECT * FROM pg_catalog.pg_class, repeat('x', 5)",
+])
+def test_generators_refused_in_catalog_queries(probe_db, sql):
+    from dpsql.errors import UnsupportedQueryError
+
+    with pytest.raises(UnsupportedQueryError, match="catalog query"):
+        probe_db.run(sql, "alice")
+
+
+def test_catalog_answer_capped_in_rows_and_bytes(probe_db):
+    from dpsql.errors import UnsupportedQueryError
+    from dpsql.server.catalog_sql import ProbeDB
+
+    # pg_proc has thousands of rows: its square is far over the row cap
+    with pytest.raises(UnsupportedQueryError, match="too large"):
+        probe_db.run("SELECT a.proname, b.proname FROM pg_catalog.pg_proc a, "
+                     "pg_catalog.pg_proc b", "alice")
+    small = ProbeDB(probe_db.catalog, max_bytes=4096)
+    with pytest.raises(UnsupportedQueryError, match="too large"):
+        small.run("SELECT proname FROM pg_catalog.pg_proc", "alice")
+    # the clients' own probes still answer (test_recorded_probes_answer has them all)
+    cols, rows = probe_db.run("SELECT relname FROM pg_catalog.pg_class WHERE relkind = 'r'",
+                              "alice")
+    assert ("pums",) in rows
+
+
+def test_catalog_error_names_no_duckdb_class(probe_db):
+    from dpsql.errors import UnsupportedQueryError
+
+    with pytest.raises(UnsupportedQueryError) as info:
+        probe_db.run("SELECT nosuchcolumn FROM pg_catalog.pg_class", "alice")
+    assert "Exception" not in str(info.value) and "Binder" not in str(info.value)
