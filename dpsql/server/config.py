@@ -62,6 +62,8 @@ class ServerLimits:
     probe_max_bytes: int = 8 << 20
     #: Portals of a session that may hold rows not yet sent (suspended by a row limit).
     max_suspended_portals: int = 8
+    #: Connections one client address may have authenticating at once.
+    max_handshakes_per_address: int = 10
     #: Seconds a failed login waits before its answer (the same for unknown logins).
     failed_login_delay_seconds: float = 0.5
 

@@ -25,7 +25,8 @@ EPS = 0.001
 
 
 def _setup(tmp_path, logins: int):
-    config = write_config(tmp_path, extra="limits: {max_connections: 200, workers: 80}\n")
+    config = write_config(tmp_path, extra="limits: {max_connections: 200, workers: 80, "
+                          "max_handshakes_per_address: 200}\n")
     store = VerifierStore(tmp_path / "ledger.sqlite.logins.sqlite")
     ledger = Ledger(tmp_path / "ledger.sqlite")
     for i in range(logins):
