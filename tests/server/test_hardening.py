@@ -122,3 +122,159 @@ def test_catalog_error_names_no_duckdb_class(probe_db):
     with pytest.raises(UnsupportedQueryError) as info:
         probe_db.run("SELECT nosuchcolumn FROM pg_catalog.pg_class", "alice")
     assert "Exception" not in str(info.value) and "Binder" not in str(info.value)
+
+
+# -- 3. and 4. logins: indistinguishable, throttled, bounded --------------------------------
+
+def test_unknown_login_verifier_has_the_real_shape(tmp_path):
+    from scramp import ScramClient
+
+    from dpsql.server.auth import ScramExchange, VerifierStore
+
+    store = VerifierStore(tmp_path / "logins.sqlite")
+    store.add("alice", "pw")
+
+    def server_first(login):
+        client = ScramClient(["SCRAM-SHA-256"], login, "x")
+        msg = ScramExchange(store, login).first(client.get_client_first())
+        return dict(part.split("=", 1) for part in msg.split(","))
+
+    import base64
+
+    real, mock = server_first("alice"), server_first("mallory")
+    assert real.keys() == mock.keys()
+    assert len(base64.b64decode(real["s"])) == len(base64.b64decode(mock["s"])) == 32
+    assert real["i"] == mock["i"] and len(real["r"]) == len(mock["r"])
+    assert server_first("mallory")["s"] == mock["s"]  # stable, like a real salt
+
+
+def test_throttle_caps_wait_and_evicts_oldest():
+    from dpsql.server.auth import Throttle
+
+    t = Throttle(max_keys=10)
+    for _ in range(100):
+        t.failed("10.0.0.1", "alice")
+    assert 0 < t.delay("10.0.0.2", "alice") <= 5.0  # slowed, never locked out
+    for i in range(20):
+        t.failed(f"10.0.1.{i}", f"u{i}")
+    assert len(t._fails) <= 10
+    # the newest entries survive (no global clear); the oldest were evicted
+    assert t.failures("u:u19") == 1 and t.failures("u:alice") == 0
+
+
+def _inproc(tmp_path, extra: str, body):
+    tmp_path.mkdir(exist_ok=True)
+    """Runs ``body(server)`` (a coroutine function) against an in-process server."""
+    import asyncio
+
+    from dpsql.server.server import Server
+
+    config = write_config(tmp_path, tls="off", extra=extra)
+    add_users(config, ["alice"])
+
+    async def main():
+        server = Server(load_config(config))
+        await server.start()
+        task = asyncio.ensure_future(server.serve_forever())
+        try:
+            return await body(server)
+        finally:
+            task.cancel()
+            await server.close()
+
+    return asyncio.run(main())
+
+
+async def _open(server, login: str):
+    """Startup packet, read AuthenticationSASL: (reader, writer)."""
+    import asyncio
+    import struct
+
+    from dpsql.server.protocol import PROTOCOL_3
+
+    reader, writer = await asyncio.open_connection(*server.address)
+    body = struct.pack("!i", PROTOCOL_3) + b"user\0" + login.encode() + b"\0\0"
+    writer.write(struct.pack("!i", len(body) + 4) + body)
+    kind = await reader.readexactly(1)
+    n = struct.unpack("!i", await reader.readexactly(4))[0]
+    data = await reader.readexactly(n - 4)
+    return kind, data, reader, writer
+
+
+async def _attempt(server, login: str, password: str) -> bytes:
+    """One whole SCRAM attempt; the kind of the final message (b'E' on failure)."""
+    import struct
+
+    from scramp import ScramClient
+
+    kind, _, reader, writer = await _open(server, login)
+    client = ScramClient(["SCRAM-SHA-256"], login, password)
+    first = client.get_client_first().encode()
+    payload = b"SCRAM-SHA-256\0" + struct.pack("!i", len(first)) + first
+    writer.write(b"p" + struct.pack("!i", len(payload) + 4) + payload)
+    await reader.readexactly(1)
+    n = struct.unpack("!i", await reader.readexactly(4))[0]
+    client.set_server_first((await reader.readexactly(n - 4))[4:].decode())
+    final = client.get_client_final().encode()
+    writer.write(b"p" + struct.pack("!i", len(final) + 4) + final)
+    kind = await reader.readexactly(1)
+    writer.close()
+    return kind
+
+
+def test_leaving_mid_scram_counts_as_a_failure(tmp_path):
+    import struct
+
+    from scramp import ScramClient
+
+    async def body(server):
+        _, _, reader, writer = await _open(server, "alice")
+        first = ScramClient(["SCRAM-SHA-256"], "alice", "x").get_client_first().encode()
+        payload = b"SCRAM-SHA-256\0" + struct.pack("!i", len(first)) + first
+        writer.write(b"p" + struct.pack("!i", len(payload) + 4) + payload)
+        await reader.readexactly(5)  # the server-first message's header: then leave
+        writer.close()
+        import asyncio
+
+        for _ in range(50):
+            if server.throttle.failures("u:alice"):
+                break
+            await asyncio.sleep(0.05)
+        return server.throttle.failures("u:alice")
+
+    assert _inproc(tmp_path, "", body) == 1
+
+
+def test_parallel_guesses_for_one_login_run_one_at_a_time(tmp_path):
+    import asyncio
+    import time
+
+    async def body(server):
+        t0 = time.monotonic()
+        kinds = await asyncio.gather(*[_attempt(server, "alice", f"guess{i}")
+                                       for i in range(6)])
+        return kinds, time.monotonic() - t0
+
+    kinds, elapsed = _inproc(tmp_path, "limits: {failed_login_delay_seconds: 0.3}\n",
+                             body)
+    assert set(kinds) == {b"E"}
+    assert elapsed >= 6 * 0.3 - 0.05  # serialized: not 6 guesses in 0.3 s
+
+
+def test_handshakes_count_toward_the_connection_limits(tmp_path):
+    import asyncio
+
+    async def body(server):
+        idle = [await asyncio.open_connection(*server.address) for _ in range(3)]
+        await asyncio.sleep(0.2)
+        r, w = await asyncio.open_connection(*server.address)  # a fourth: refused
+        reply = await asyncio.wait_for(r.read(200), 5)
+        w.close()
+        for _, writer in idle:
+            writer.close()
+        return reply
+
+    per_address = _inproc(tmp_path / "a", "limits: {max_handshakes_per_address: 3}\n", body)
+    assert b"53300" in per_address and b"authenticating" in per_address
+    total = _inproc(tmp_path / "b", "limits: {max_connections: 3}\n", body)
+    assert b"53300" in total and b"too many clients" in total
