@@ -278,3 +278,42 @@ def test_handshakes_count_toward_the_connection_limits(tmp_path):
     assert b"53300" in per_address and b"authenticating" in per_address
     total = _inproc(tmp_path / "b", "limits: {max_connections: 3}\n", body)
     assert b"53300" in total and b"too many clients" in total
+
+
+# -- 5. a login sees its own budget only -----------------------------------------------------
+
+def test_budget_shows_own_remaining_not_the_data_sets(tmp_path):
+    from dpsql.datasets import catalog_path
+    from dpsql.ledger import ALL, Ledger
+    from dpsql.server.session import QueryError, Session, as_query_error
+
+    write_config(tmp_path, tls="off")
+    ledger = Ledger(tmp_path / "ledger.sqlite", create=False)
+    ledger.set_budget("pums", (1.0, 1e-5), ALL)
+    ledger.set_budget("pums", (5.0, 1e-5), "alice")
+    ledger.set_budget("pums", (5.0, 1e-5), "bob")
+    sessions = []
+    try:
+        for login in ("bob", "alice"):
+            sessions.append(Session(str(tmp_path / "pums.duckdb"),
+                                    str(catalog_path("pums")), ledger, login, None))
+        bob, alice = sessions
+        bob.run("SET dpsql.epsilon = 0.9")
+        bob.run("SELECT COUNT(*) AS n FROM pums")
+        alice.run("SET dpsql.epsilon = 0.5")
+        row = alice.run("SHOW dpsql.budget").rows[0]
+        assert row[0] == "alice" and row[3] == pytest.approx(5.0) and row[5] == 5.0
+        with pytest.raises(QueryError) as info:
+            try:
+                alice.run("SELECT COUNT(*) AS n FROM pums")
+            except QueryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - as the server maps it
+                raise as_query_error(exc) from None
+        text = info.value.message
+        assert info.value.code == "53400" and "data set budget" not in text
+        assert "0.1" not in text and "epsilon=0.5" in text
+    finally:
+        for s in sessions:
+            s.close()
+        ledger.close()
