@@ -32,7 +32,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections import defaultdict, deque
+from collections import OrderedDict, deque
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -44,6 +44,8 @@ from dpsql.server import ServerError
 MECHANISM = "SCRAM-SHA-256"
 #: PostgreSQL's default (scram_iterations); the minimum RFC 7677 allows.
 DEFAULT_ITERATIONS = 4096
+#: The salt length of a real verifier (scramp's); a mock verifier's salt has it too.
+SALT_BYTES = 32
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -164,9 +166,12 @@ class VerifierStore:
                                    "logins WHERE name = ?", (name,)).fetchone()
         if row is not None:
             return (bytes(row[0]), bytes(row[1]), bytes(row[2]), int(row[3])), True
+        # the same shape as a real verifier: scramp's salt length, the default count
         salt = hmac.new(self._mock_secret, b"salt:" + name.encode("utf-8", "replace"),
-                        hashlib.sha256).digest()[:16]
-        return (salt, secrets.token_bytes(32), secrets.token_bytes(32),
+                        hashlib.sha256).digest()
+        while len(salt) < SALT_BYTES:
+            salt += hmac.new(self._mock_secret, salt, hashlib.sha256).digest()
+        return (salt[:SALT_BYTES], secrets.token_bytes(32), secrets.token_bytes(32),
                 DEFAULT_ITERATIONS), False
 
     def close(self) -> None:
@@ -259,13 +264,26 @@ class Throttle:
 
     After ``free`` failures in ``window`` seconds, each further attempt from that
     address (or for that login) waits an extra second per failure, up to ``max_wait``
-    — enough to make online guessing slow without locking a real user out for good.
+    (5 s, well below the authentication timeout: a real user is slowed, never locked
+    out). The server runs at most one attempt per login at a time, so the wait bounds
+    the guessing rate whatever the concurrency. The table keeps at most ``max_keys``
+    addresses and logins, evicting those that failed least recently.
     """
 
-    def __init__(self, free: int = 5, window: float = 300.0, max_wait: float = 30.0):
+    #: Failures kept per key: enough to reach the longest wait.
+    PER_KEY = 64
+
+    def __init__(self, free: int = 5, window: float = 300.0, max_wait: float = 5.0,
+                 max_keys: int = 100_000):
         self.free, self.window, self.max_wait = free, window, max_wait
-        self._fails: dict[str, deque[float]] = defaultdict(deque)
+        self.max_keys = max_keys
+        self._fails: OrderedDict[str, deque[float]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def failures(self, key: str) -> int:
+        """Failures in the window for ``"a:" + address`` or ``"u:" + login``."""
+        with self._lock:
+            return self._count(key, time.monotonic())
 
     def _count(self, key: str, now: float) -> int:
         q = self._fails.get(key)
@@ -289,12 +307,13 @@ class Throttle:
         now = time.monotonic()
         with self._lock:
             for key in ("a:" + address, "u:" + login):
-                q = self._fails[key]
+                q = self._fails.get(key)
+                if q is None:
+                    q = self._fails[key] = deque(maxlen=self.PER_KEY)
+                self._fails.move_to_end(key)
                 q.append(now)
-                if len(q) > 1000:
-                    q.popleft()
-            if len(self._fails) > 100_000:  # bounded memory under a spray of names
-                self._fails.clear()
+            while len(self._fails) > self.max_keys:  # bounded memory: the oldest go
+                self._fails.popitem(last=False)
 
 
 def self_signed(cert_path: Path, key_path: Path, host: str = "localhost") -> None:

@@ -8,8 +8,14 @@ catalog's tables and columns, and nothing there is derived from private data. Su
 queries are free (no budget) and never reach the owner's database.
 
 The probe database is locked down before any probe runs: no file or network access,
-configuration locked, one thread, a memory cap, a time limit per probe; a short list
-of functions that read files, run SQL from strings or sleep is refused by name.
+configuration locked, one thread, a memory cap, a time limit per probe. A probe may call
+only the functions on an allow-list (those the recorded client probes use, the
+service's stand-ins, and a few plain scalar ones): generators such as ``range``,
+``repeat`` or ``lpad``, and anything that reads files, runs SQL from strings or sleeps,
+are refused; ``generate_series`` (pgjdbc's index-column probes) only with bounds
+taken from the catalog, not large literal ones. An answer is capped in rows and in
+bytes, counted while it is fetched in chunks, so a probe can never make the service
+hold more than a bounded answer.
 
 Probe SQL is PostgreSQL's; before it runs, sqlglot rewrites the few things DuckDB lacks:
 ``'t'::regclass`` becomes the table's oid, ``OPERATOR(pg_catalog.~)`` a regular
@@ -61,6 +67,38 @@ _DENIED_PREFIXES = ("read_", "parquet_", "iceberg", "delta_", "sniff_", "glob", 
                     "pg_sleep", "sleep", "duckdb_secrets", "which_secret", "getenv",
                     "load_", "install_", "copy", "export", "import", "attach", "detach",
                     "json_execute", "sqlite_", "postgres_", "mysql_", "http")
+
+#: Functions a probe may call (sqlglot's name for a typed function, the name for any
+#: other): those in the recorded client probes (tests/server/fixtures), the stand-ins
+#: below, and plain scalar ones whose answer is no bigger than their arguments. Anything
+#: else (generators like ``range``/``repeat``/``lpad``, table functions) is refused.
+_ALLOWED_TEXT = """
+and or xor not case if cast trycast collate nullif coalesce greatest least array
+regexplike regexpilike regexp_like regexp_ilike row_number rank dense_rank
+explode unnest exploding_generate_series generate_series group_concat string_agg
+array_agg count min max sum avg bool_and bool_or
+current_schema current_schemas current_user session_user current_database
+current_catalog current_role current_version version
+lower upper length char_length character_length octet_length substring substr
+concat concat_ws trim ltrim rtrim btrim position strpos left right starts_with
+abs round floor ceil sign mod
+array_to_string array_upper array_lower array_length array_contains cardinality
+format_type col_description obj_description shobj_description json_build_object
+jsonb_build_object quote_ident pg_get_expr pg_get_serial_sequence
+pg_get_statisticsobjdef_columns pg_get_userbyid pg_relation_is_publishable
+pg_table_is_visible pg_type_is_visible pg_function_is_visible pg_collation_is_visible
+pg_encoding_to_char pg_get_constraintdef pg_get_indexdef pg_get_triggerdef
+pg_get_viewdef pg_get_partkeydef pg_get_function_result pg_get_function_arguments
+pg_get_function_identity_arguments pg_relation_size pg_total_relation_size
+pg_table_size pg_indexes_size pg_backend_pid pg_is_in_recovery txid_current
+to_regtype to_regclass pg_get_keywords has_table_privilege has_schema_privilege
+has_database_privilege current_setting
+"""
+_ALLOWED_FUNCS = frozenset(_ALLOWED_TEXT.split())
+
+#: The largest literal bound ``generate_series`` may have in a probe (clients pass
+#: array bounds from the catalog, or 0 and 1).
+_SERIES_LITERAL_MAX = 64
 
 #: Empty stand-ins for ``pg_catalog`` tables DuckDB lacks: table macros
 #: ``dpsql_<name>()`` (a table would show up in ``pg_class`` itself).
@@ -274,9 +312,11 @@ def is_probe(sql: str, catalog: Catalog | None = None) -> bool:
 class ProbeDB:
     """The in-memory DuckDB that answers probes; one per server, a cursor per probe."""
 
-    def __init__(self, catalog: Catalog, timeout: float = 5.0):
+    def __init__(self, catalog: Catalog, timeout: float = 5.0, max_rows: int = 10_000,
+                 max_bytes: int = 8 << 20):
         self.catalog = catalog
         self.timeout = timeout
+        self.max_rows, self.max_bytes = max_rows, max_bytes
         self._db = duckdb.connect(":memory:", config={"threads": 1,
                                                       "memory_limit": "256MB"})
         self._db.execute("CREATE SCHEMA public")
@@ -339,9 +379,19 @@ class ProbeDB:
 
         def work() -> None:
             try:
-                cur = con.execute(text, params or None)
+                cur = con.execute(text, params or None)  # streams: fetched in chunks
                 cols = [(d[0], str(d[1])) for d in cur.description or []]
-                box.append((cols, cur.fetchmany(100_000)))
+                rows: list[tuple] = []
+                size = 0
+                while True:
+                    chunk = cur.fetchmany(256)
+                    if not chunk:
+                        break
+                    rows += chunk
+                    size += sum(_size(row) for row in chunk)
+                    if len(rows) > self.max_rows or size > self.max_bytes:
+                        raise _TooBig()
+                box.append((cols, rows))
             except BaseException as exc:  # noqa: BLE001 - reported below, not printed
                 box.append(exc)
             finally:
@@ -355,6 +405,11 @@ class ProbeDB:
                 con.interrupt()
         con.close()
         out = box[0]
+        if isinstance(out, _TooBig):
+            raise UnsupportedQueryError(
+                f"catalog query answer too large (over {self.max_rows} rows or "
+                f"{self.max_bytes} bytes): catalog queries describe the catalog's tables "
+                "and columns only")
         if isinstance(out, BaseException):
             # the owner's log: which probe fails, for the next catalog shim
             _log.info("probe failed: %s: %s", escape(text[:2000]), escape(out))
@@ -365,8 +420,23 @@ class ProbeDB:
                 "this catalog query cannot be answered here: dpsql serves the catalog's "
                 "tables and columns through pg_catalog and information_schema, and "
                 "answers aggregate SELECTs over the catalog's tables with differential "
-                f"privacy ({type(out).__name__})")
+                "privacy")
         return out
+
+
+class _TooBig(Exception):
+    """A probe's answer passed the row or byte cap."""
+
+
+def _size(value: Any) -> int:
+    """Bytes a value takes on the wire, roughly (text form), to cap an answer."""
+    if isinstance(value, tuple | list):
+        return 4 + sum(_size(v) for v in value)
+    if isinstance(value, dict):
+        return 4 + sum(_size(k) + _size(v) for k, v in value.items())
+    if isinstance(value, str | bytes):
+        return 4 + len(value)
+    return 12
 
 
 def _name(node: exp.Expression) -> str:
@@ -475,12 +545,28 @@ def rewrite_probe(sql: str, login: str, dataset: str) -> str:
             return exp.Table(this=exp.Anonymous(this=f"dpsql_{node.name.lower()}"),
                              alias=exp.TableAlias(this=exp.to_identifier(
                                  node.alias or node.name)))
-        if isinstance(node, exp.Func):
-            name = (node.name if isinstance(node, exp.Anonymous) else
-                    node.sql_name()).lower()
-            if name.startswith(_DENIED_PREFIXES):
-                raise UnsupportedQueryError(f"function {name}() in a catalog query")
         return node
+
+    def check(node: exp.Expression) -> None:
+        """Only allow-listed functions, in the client's own SQL (before rewriting)."""
+        if not isinstance(node, exp.Func):
+            return
+        name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+        if name.startswith(_DENIED_PREFIXES) or name not in _ALLOWED_FUNCS:
+            raise UnsupportedQueryError(f"function {name}() in a catalog query: catalog "
+                                        "queries may call only the functions SQL tools "
+                                        "use to read the catalog")
+        if name in ("exploding_generate_series", "generate_series"):
+            for lit in node.find_all(exp.Literal):
+                if not lit.is_string:
+                    try:
+                        big = abs(float(lit.this)) > _SERIES_LITERAL_MAX
+                    except ValueError:
+                        big = True
+                    if big:
+                        raise UnsupportedQueryError(
+                            "generate_series() in a catalog query takes its bounds from "
+                            "the catalog")
 
     for select in tree.find_all(exp.Select):
         if select.parent is None or isinstance(select.parent, exp.SetOperation):
@@ -490,6 +576,7 @@ def rewrite_probe(sql: str, login: str, dataset: str) -> str:
     def post(node: exp.Expression) -> exp.Expression:
         for child in list(node.iter_expressions()):
             post(child)
+        check(node)
         new = fix(node)
         if new is not node and node.parent is not None:
             node.replace(new)

@@ -16,7 +16,7 @@ import click
 
 from dpsql.errors import DpsqlError
 from dpsql.server import ServerError
-from dpsql.server.config import ServerConfig, load_config
+from dpsql.server.config import ServerConfig, load_config, open_ledger
 from dpsql.text import escape
 
 
@@ -46,12 +46,6 @@ def _config_option(fn):
                         help="The service's YAML config (see docs/server.md).")(fn)
 
 
-def _dataset(config: ServerConfig) -> str:
-    from dpsql.catalog import load_catalog
-
-    return load_catalog(str(config.catalog)).dataset
-
-
 def check(config: ServerConfig) -> list[str]:
     """What ``serve --check`` reports: problems that would stop or weaken the service.
 
@@ -62,7 +56,6 @@ def check(config: ServerConfig) -> list[str]:
 
     from dpsql import connect
     from dpsql.catalog import load_catalog
-    from dpsql.ledger import Ledger
     from dpsql.server.auth import VerifierStore
 
     problems: list[str] = []
@@ -84,9 +77,9 @@ def check(config: ServerConfig) -> list[str]:
         except (OSError, ssl.SSLError) as exc:
             problems.append(f"tls: cannot load certificate/key: {exc}")
     try:
-        ledger = Ledger(config.ledger)
+        ledger = open_ledger(config, catalog)  # never created by the service
     except DpsqlError as exc:
-        return [*problems, f"ledger: {exc}"]
+        return [*problems, str(exc)]
     try:
         if config.budget is None and catalog.budget is None and not any(
                 a == "*" for _, a, *_ in ledger.budgets(catalog.dataset)):
@@ -172,21 +165,25 @@ def user() -> None:
 @click.option("--password-env", default=None,
               help="Read the password from this environment variable (for scripts).")
 def user_add(name: str, config_path: Path, budget: str, password_env: str | None) -> None:
-    """Add a login NAME with its per-analyst budget."""
-    from dpsql.ledger import Ledger
+    """Add a login NAME with its per-analyst budget (the ledger must exist: dpsql
+    budget init)."""
+    from dpsql.catalog import load_catalog
     from dpsql.server.auth import VerifierStore, check_login_name
 
     config = load_config(config_path, self_signed=True)
     total = _budget(budget)
     check_login_name(name)
+    catalog = load_catalog(str(config.catalog))
+    ledger = open_ledger(config, catalog)  # before any prompt: never created here
+    ledger.close()
     store = VerifierStore(config.logins)
     try:
         if store.exists(name):
             raise ServerError(f"login {name!r} exists; use 'dpsql user passwd'")
         password = _password(password_env)
-        ledger = Ledger(config.ledger)
+        ledger = open_ledger(config, catalog)
         try:
-            dataset = _dataset(config)
+            dataset = catalog.dataset
             before = {a: (e, d) for _, a, e, d, _ in ledger.budgets(dataset)}
             ledger.ensure_budget(dataset, total, name, "dpsql user add")
             store.add(name, password)
@@ -241,14 +238,15 @@ def user_remove(name: str, config_path: Path) -> None:
 @_config_option
 def user_list(config_path: Path) -> None:
     """List logins with their budgets (spent / total)."""
-    from dpsql.ledger import Ledger
+    from dpsql.catalog import load_catalog
     from dpsql.server.auth import VerifierStore
 
     config = load_config(config_path, self_signed=True)
+    catalog = load_catalog(str(config.catalog))
+    ledger = open_ledger(config, catalog)
     store = VerifierStore(config.logins)
-    ledger = Ledger(config.ledger)
     try:
-        dataset = _dataset(config)
+        dataset = catalog.dataset
         for name, _iterations, created, _ in store.list():
             view = ledger.view(dataset, name)
             (se, sd), (te, td) = view.spent, view.total

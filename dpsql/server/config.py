@@ -4,7 +4,8 @@ Example (paths are relative to the config file)::
 
     database: pums.duckdb          # a DuckDB/SQLite file, or a URL dpsql.connect accepts
     catalog: pums.yaml
-    ledger: pums.ledger.sqlite
+    ledger: pums.ledger.sqlite     # must exist: dpsql budget init / budget set make it
+    ledger_id: 3f2a...             # optional: the ledger's id (dpsql budget init prints it)
     logins: pums.logins.sqlite     # default: <ledger>.logins.sqlite
     budget: {epsilon: 10, delta: 1.0e-5}   # the data set's total, if the catalog has none
     listen: {host: 127.0.0.1, port: 5433}
@@ -19,6 +20,8 @@ Example (paths are relative to the config file)::
       auth_timeout_seconds: 30
       workers: 16                  # threads that run queries
       probe_timeout_seconds: 5     # catalog probes (pg_catalog...) on the in-memory DuckDB
+      probe_max_rows: 10000        # a catalog probe's answer at most...
+      probe_max_bytes: 8388608     # ...and its size
 
 The config pins the database, catalog and ledger for every session: a login chooses
 none of them, and each session's analyst is its login.
@@ -54,6 +57,13 @@ class ServerLimits:
     auth_timeout_seconds: float = 30.0
     workers: int = 16
     probe_timeout_seconds: float = 5.0
+    #: A catalog probe's answer at most: rows, and bytes (counted while fetching).
+    probe_max_rows: int = 10_000
+    probe_max_bytes: int = 8 << 20
+    #: Portals of a session that may hold rows not yet sent (suspended by a row limit).
+    max_suspended_portals: int = 8
+    #: Connections one client address may have authenticating at once.
+    max_handshakes_per_address: int = 10
     #: Seconds a failed login waits before its answer (the same for unknown logins).
     failed_login_delay_seconds: float = 0.5
 
@@ -73,6 +83,8 @@ class ServerConfig:
     cert: Path | None = None
     key: Path | None = None
     budget: tuple[float, float] | None = None
+    #: The pinned ledger id (``ledger_id:``): another ledger at the path is refused.
+    ledger_id: str | None = None
     session: dict = field(default_factory=dict)
     limits: ServerLimits = field(default_factory=ServerLimits)
 
@@ -93,8 +105,8 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-_KEYS = {"database", "catalog", "ledger", "logins", "budget", "listen", "tls", "session",
-         "limits"}
+_KEYS = {"database", "catalog", "ledger", "ledger_id", "logins", "budget", "listen", "tls",
+         "session", "limits"}
 
 
 def load_config(path: str | Path, *, self_signed: bool = False) -> ServerConfig:
@@ -150,6 +162,10 @@ def config_from_mapping(doc: dict, base: Path, path: Path | None = None, *,
     ledger = _path(base, doc["ledger"], "ledger")
     logins = (_path(base, doc["logins"], "logins") if doc.get("logins")
               else ledger.with_name(ledger.name + ".logins.sqlite"))
+    ledger_id = doc.get("ledger_id")
+    if ledger_id is not None and not (isinstance(ledger_id, str) and ledger_id.isalnum()):
+        raise ServerError(f"config: 'ledger_id' must be the ledger's id (dpsql budget "
+                          f"show prints it), got {ledger_id!r}")
     listen = doc.get("listen") or {}
     if not isinstance(listen, dict) or set(listen) - {"host", "port"}:
         raise ServerError("config: 'listen' takes 'host' and 'port'")
@@ -199,4 +215,32 @@ def config_from_mapping(doc: dict, base: Path, path: Path | None = None, *,
         raise ServerError("config: limits.max_message_bytes must be at least 1024")
     return ServerConfig(path=path, database=database, catalog=catalog, ledger=ledger,
                         logins=logins, host=host, port=port, tls=tls, cert=cert, key=key,
-                        budget=budget, session=dict(session), limits=limits)
+                        budget=budget, ledger_id=ledger_id, session=dict(session),
+                        limits=limits)
+
+
+def open_ledger(config: ServerConfig, catalog=None):
+    """The service's ledger, opened the way the service and ``dpsql user`` open it:
+    never created (a missing, empty or foreign ledger is an error: the owner makes it
+    with ``dpsql budget init`` or ``dpsql budget set``), and checked against the
+    config's ``ledger_id:`` (or the catalog's, when the config has none).
+
+    Raises:
+        ServerError: the ledger is missing, not a dpsql ledger, or not the pinned one;
+            or the config and the catalog pin different ids.
+    """
+    from dpsql.errors import DpsqlError
+    from dpsql.ledger import Ledger
+
+    pinned = config.ledger_id
+    catalog_id = getattr(catalog, "ledger_id", None)
+    if pinned and catalog_id and pinned != catalog_id:
+        raise ServerError(f"config: ledger_id {pinned} differs from the catalog's "
+                          f"ledger_id {catalog_id}")
+    try:
+        return Ledger(config.ledger, create=False, expect_id=pinned or catalog_id)
+    except DpsqlError as exc:
+        raise ServerError(f"ledger: {exc}. The service never creates a ledger: the owner "
+                          f"makes it first with 'dpsql budget init --ledger "
+                          f"{config.ledger}' (then pin the id it prints with "
+                          "'ledger_id:' in the config)") from None

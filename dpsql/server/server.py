@@ -20,12 +20,12 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpsql.ledger import ALL, Ledger
+from dpsql.ledger import ALL
 from dpsql.server import ProtocolError, ServerError
 from dpsql.server import protocol as pg
 from dpsql.server.auth import MECHANISM, ScramExchange, Throttle, VerifierStore
 from dpsql.server.catalog_sql import ProbeDB
-from dpsql.server.config import ServerConfig
+from dpsql.server.config import ServerConfig, open_ledger
 from dpsql.server.session import (
     Outcome,
     Portal,
@@ -49,6 +49,9 @@ class _Conn:
     session: Session | None = None
     peer: str = ""
     tasks: set = field(default_factory=set)
+    #: The login whose SCRAM exchange has begun and not ended: a failure if it never
+    #: ends (the client disconnects or times out mid-exchange).
+    auth_pending: str | None = None
 
 
 class Server:
@@ -64,12 +67,13 @@ class Server:
         from dpsql.catalog import load_catalog
 
         self.catalog = load_catalog(str(config.catalog))
-        self.ledger = Ledger(config.ledger)
+        self.ledger = open_ledger(config, self.catalog)  # never created here
         if config.budget is not None:
             self.ledger.ensure_budget(self.catalog.dataset, config.budget, ALL,
                                       "serve config")
         self.store = VerifierStore(config.logins)
-        self.probe_db = ProbeDB(self.catalog, config.limits.probe_timeout_seconds)
+        self.probe_db = ProbeDB(self.catalog, config.limits.probe_timeout_seconds,
+                                config.limits.probe_max_rows, config.limits.probe_max_bytes)
         self.throttle = Throttle()
         self.ssl: ssl.SSLContext | None = None
         if config.tls:
@@ -82,6 +86,9 @@ class Server:
             self.ssl = ctx
         self.conns: dict[int, _Conn] = {}
         self.per_login: dict[str, int] = {}
+        self.handshakes = 0  # connections not yet authenticated (count toward the limit)
+        self.handshakes_per_address: dict[str, int] = {}
+        self._login_locks: dict[str, list] = {}  # login -> [asyncio.Lock, users]
         workers = max(config.limits.workers, 4)
         self.executor = concurrent.futures.ThreadPoolExecutor(workers,
                                                               thread_name_prefix="dpsql-q")
@@ -129,14 +136,50 @@ class Server:
         peer = writer.get_extra_info("peername")
         conn = _Conn(self._pid(), secrets.randbits(31), peer=str(peer[0]) if peer else "?")
         counted = False
+        limits = self.config.limits
+        # connections still authenticating count toward max_connections, and one
+        # address may hold only a few of them
+        if len(self.conns) + self.handshakes >= limits.max_connections:
+            await self._fatal(writer, "53300", "sorry, too many clients already")
+            with contextlib.suppress(Exception):
+                writer.close()
+            return
+        if self.handshakes_per_address.get(conn.peer, 0) >= \
+                limits.max_handshakes_per_address:
+            await self._fatal(writer, "53300", "too many connections authenticating from "
+                              "this address")
+            with contextlib.suppress(Exception):
+                writer.close()
+            return
+        self.handshakes += 1
+        self.handshakes_per_address[conn.peer] = \
+            self.handshakes_per_address.get(conn.peer, 0) + 1
+        handshaking = True
+
+        def handshake_done() -> None:
+            nonlocal handshaking
+            if handshaking:
+                handshaking = False
+                self.handshakes -= 1
+                left = self.handshakes_per_address[conn.peer] - 1
+                if left:
+                    self.handshakes_per_address[conn.peer] = left
+                else:
+                    del self.handshakes_per_address[conn.peer]
+                if conn.auth_pending is not None:  # gone or timed out mid-exchange
+                    self.throttle.failed(conn.peer, conn.auth_pending)
+                    conn.auth_pending = None
+
         try:
-            limits = self.config.limits
             try:
                 startup = await asyncio.wait_for(self._startup(reader, writer, conn),
                                                  limits.auth_timeout_seconds)
             except TimeoutError:
+                handshake_done()
                 await self._fatal(writer, "08006", "authentication timed out")
                 return
+            finally:
+                handshake_done()
             if startup is None:
                 return
             reader, writer, params = startup
@@ -181,6 +224,7 @@ class Server:
                            escape(type(exc).__name__))
             await self._fatal(writer, "XX000", "internal error; the session is closed")
         finally:
+            handshake_done()
             if counted:
                 self.conns.pop(conn.pid, None)
                 self.per_login[conn.login] -= 1
@@ -240,6 +284,19 @@ class Server:
             await self._fatal(writer, "28000", "TLS is required: connect with "
                               "sslmode=require (passwords are never sent in the clear)")
             return None
+        # one attempt per login at a time: the throttle's wait then bounds the guessing
+        # rate for a login, however many connections try it at once
+        entry = self._login_locks.setdefault(login, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                return await self._authenticate(reader, writer, conn, login, params)
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del self._login_locks[login]
+
+    async def _authenticate(self, reader, writer, conn: _Conn, login: str, params):
         delay = self.throttle.delay(conn.peer, login)
         if delay:
             await asyncio.sleep(delay)
@@ -256,6 +313,7 @@ class Server:
             if mechanism != MECHANISM:
                 raise ProtocolError(f"unsupported SASL mechanism {mechanism!r}")
             first = r.value()
+            conn.auth_pending = login  # the exchange has begun: ending it early fails
             server_first = exchange.first((first or b"").decode("utf-8"))
             writer.write(pg.auth(11, server_first.encode()))
             await writer.drain()
@@ -266,8 +324,12 @@ class Server:
             ok = server_final is not None
         except (ProtocolError, UnicodeDecodeError, ValueError, Exception) as exc:
             if isinstance(exc, asyncio.IncompleteReadError | ConnectionError):
+                if conn.auth_pending is not None:  # left mid-exchange: a failure too
+                    self.throttle.failed(conn.peer, login)
+                    conn.auth_pending = None
                 raise
             ok = False
+        conn.auth_pending = None
         if not ok:
             self.throttle.failed(conn.peer, login)
             # the same wait whether the login exists or not, then the same message
@@ -385,6 +447,10 @@ class Server:
         tag = outcome.tag if not outcome.tag.startswith("SELECT") else f"SELECT {len(rows)}"
         if portal is not None and outcome.tag.startswith("SELECT"):
             tag = f"SELECT {portal.sent}"
+            # a portal run to completion keeps no rows (executing it again sends none,
+            # as in PostgreSQL)
+            outcome.rows = []
+            portal.sent = 0
         out.append(pg.command_complete(tag))
         return b"".join(out)
 
@@ -466,6 +532,13 @@ class Server:
                     reader, session, session.run, portal.statement.sql, portal.params,
                     portal.described)
             outcome = portal.outcome
+            if max_rows > 0 and len(outcome.rows) > max_rows + portal.sent:
+                held = sum(1 for p in session.portals.values() if p is not portal and
+                           p.outcome is not None and p.outcome.rows)
+                if held >= self.config.limits.max_suspended_portals:
+                    session.portals.pop(name, None)
+                    raise QueryError("53200", "too many open portals with rows not yet "
+                                     "fetched: close one first")
             formats = None
             if outcome.columns is not None:
                 formats = pg.formats_for(portal.result_formats, len(outcome.columns))

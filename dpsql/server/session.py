@@ -88,6 +88,15 @@ def as_query_error(exc: BaseException) -> QueryError:
     text (dpsql's errors never carry it; anything else gets a fixed message)."""
     if isinstance(exc, QueryError):
         return exc
+    if isinstance(exc, dperr.BudgetExhaustedError):
+        # the ledger's message names the bound that stopped the query and what it has
+        # left: the data set's remaining would tell the login others' spending
+        need = re.match(r"query needs epsilon=\S+, delta=[^\s,]+", str(exc))
+        return QueryError("53400", (need.group(0) + ", more than " if need else
+                                    "this query needs more than ") +
+                          "this login may spend now (SHOW dpsql.budget shows this "
+                          "login's own remaining budget; the data set's total also "
+                          "limits it)")
     if isinstance(exc, dperr.DpsqlError | dbapi.ProgrammingError | dbapi.DataError |
                   dbapi.NotSupportedError):
         return QueryError(sqlstate(exc), str(exc))
@@ -166,6 +175,7 @@ class Session:
         self.login = login
         self.probe_db = probe_db
         self.conn = dbapi.connect(database, catalog, ledger=ledger, analyst=login)
+        self.ledger = ledger
         self.cursor = self.conn.cursor()
         self.catalog = self.conn.catalog
         self.defaults = dict(default_settings(login))
@@ -495,12 +505,27 @@ class Session:
         value = ",".join(_unquote(v.strip()) for v in _split_commas(value))
         return Outcome("SET", status=self._set(name, value))
 
+    def own_budget(self):
+        """(spent, remaining, total) of this login's own budget: never the data set's
+        total or what it has left, which would tell others' spending. A login without
+        a budget of its own shows NaN for remaining and total."""
+        from dpsql.accounting import Accounting
+
+        dataset = self.catalog.dataset
+        spent = self.ledger.spent(dataset, self.login)
+        own = {a: (float(e), float(d)) for _, a, e, d, _ in self.ledger.budgets(dataset)
+               }.get(self.login)
+        if own is None:
+            nan = float("nan")
+            return spent.basic, (nan, nan), (nan, nan)
+        left = Accounting(own, self.ledger.accountant(dataset)).remaining(spent)
+        return spent.basic, left, own
+
     def _show(self, text: str) -> Outcome:
         name = text.split(None, 1)[1].strip().rstrip(";").strip() if " " in text else ""
         low = name.lower().strip('"')
         if low == "dpsql.budget":
-            view = self.conn.budget
-            (se, sd), (re_, rd), (te, td) = view.spent, view.remaining, view.total
+            (se, sd), (re_, rd), (te, td) = self.own_budget()
             cols = [("analyst", pg.TEXT), ("epsilon_spent", pg.FLOAT8),
                     ("delta_spent", pg.FLOAT8), ("epsilon_remaining", pg.FLOAT8),
                     ("delta_remaining", pg.FLOAT8), ("epsilon_total", pg.FLOAT8),

@@ -45,10 +45,22 @@ def cli(*args, env=None, **kw) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=env, timeout=120, **kw)
 
 
-def write_config(tmp: Path, extra: str = "", tls: str | None = None) -> Path:
+def init_ledger(path: Path) -> str:
+    """What the owner's ``dpsql budget init`` does: the service never creates a ledger."""
+    from dpsql.ledger import Ledger
+
+    ledger = Ledger(path, create=True)
+    ledger.close()
+    return ledger.id
+
+
+def write_config(tmp: Path, extra: str = "", tls: str | None = None,
+                 ledger: bool = True) -> Path:
     db = tmp / "pums.duckdb"
     if not db.exists():
         load_pums(db)
+    if ledger and not (tmp / "ledger.sqlite").exists():
+        init_ledger(tmp / "ledger.sqlite")
     config = tmp / "serve.yaml"
     config.write_text(
         f"database: {db}\n"

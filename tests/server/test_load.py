@@ -17,7 +17,7 @@ import pytest
 from dpsql.ledger import Ledger
 from dpsql.server.auth import VerifierStore
 
-from .conftest import start, stop, write_config
+from .conftest import init_ledger, start, stop, write_config
 
 FULL = os.environ.get("DPSQL_SERVE_LOAD") == "1"
 SESSIONS, QUERIES = (64, 50) if FULL else (8, 5)
@@ -25,7 +25,8 @@ EPS = 0.001
 
 
 def _setup(tmp_path, logins: int):
-    config = write_config(tmp_path, extra="limits: {max_connections: 200, workers: 80}\n")
+    config = write_config(tmp_path, extra="limits: {max_connections: 200, workers: 80, "
+                          "max_handshakes_per_address: 200}\n")
     store = VerifierStore(tmp_path / "ledger.sqlite.logins.sqlite")
     ledger = Ledger(tmp_path / "ledger.sqlite")
     for i in range(logins):
@@ -164,6 +165,7 @@ def test_cancel_request_keeps_the_charge(tmp_path):
     (tmp_path / "serve.yaml").write_text(
         f"database: {tmp_path / 'big.duckdb'}\ncatalog: {tmp_path / 'big.yaml'}\n"
         f"ledger: {tmp_path / 'ledger.sqlite'}\nlisten: {{host: 127.0.0.1, port: 0}}\n")
+    init_ledger(tmp_path / "ledger.sqlite")
     store = VerifierStore(tmp_path / "ledger.sqlite.logins.sqlite")
     store.add("u0", "pw0")
     store.close()
