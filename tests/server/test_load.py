@@ -105,8 +105,8 @@ def test_sigkill_while_charging_then_restart(tmp_path):
     # the ledger is intact, every answer a client got is charged, no charge half-written
     db = sqlite3.connect(tmp_path / "ledger.sqlite")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    charges = db.execute("SELECT COUNT(*), SUM(epsilon) FROM charges WHERE dataset = "
-                         "'pums'").fetchone()
+    charges = db.execute("SELECT COUNT(*), SUM(epsilon) FROM entries WHERE kind = 'charge' "
+                         "AND dataset = 'pums'").fetchone()
     db.close()
     assert charges[0] >= len(got)
     assert charges[1] == pytest.approx(charges[0] * EPS)
