@@ -28,24 +28,46 @@ rules:
   and every charge checks, inside its transaction, that the file at the path is still
   the one opened (device and inode) and still carries the ledger's random id: a ledger
   deleted or replaced under an open connection stops it before the next charge.
-* **Tamper evidence.** Every entry carries the hash of the one before (a chain); with an
-  owner secret (:data:`KEY_ENV`) the hashes are HMACs, and so are the budgets, the
+* **Tamper evidence.** Every entry carries the hash of the one before (a chain), over
+  its cost, the full query's SHA-256 and length and the SHA-256 of the text kept; its
+  outcome (written after execution) carries its own MAC bound to the entry's hash. With
+  an owner secret (:data:`KEY_ENV`) the hashes are HMACs, and so are the budgets, the
   running totals and the data-set bindings, so only the key holder can rewrite them
-  undetected. At open the entries since the last verified checkpoint are checked and
-  summed onto the checkpoint's totals, which must equal the running totals exactly
-  (incremental: each entry is verified once by some open, not O(history) per open);
-  ``dpsql budget verify`` checks the whole chain. Every stored cost must be finite and
-  non-negative, or the ledger refuses.
+  undetected.
+* **The head record** (one ``meta`` row, MAC'd) names the newest entry (id and hash), a
+  sequence number, and the exact version (128 bits of the MAC) of every budget, running
+  total, binding and refusal-count row; it is rewritten in the same transaction as
+  every charge, refusal, budget change and binding. Every transaction (charges and
+  reads alike) checks it: its MAC, that the newest entry is the one it names (one index
+  lookup), that it is not older than one this connection already saw, and that each
+  row read is the version it names (a missing row must be missing there too). So,
+  with the key, deleting or rewinding entries (a tail included), totals, budgets or
+  bindings, or putting back an older row, is a :class:`~dpsql.errors.LedgerError` for
+  an open connection and at the next open. At open the whole set of small-table rows
+  is compared with the head, and the entries since the last verified checkpoint are
+  checked and summed onto the checkpoint's totals, which must equal the running totals
+  exactly (incremental: each entry is verified once by some open, not O(history) per
+  open); ``dpsql budget verify`` checks the whole chain, every outcome MAC, and each
+  stored text against the query's hash when the whole text is kept. Every stored cost
+  must be finite and non-negative, or the ledger refuses. The head grows with the
+  number of (data set, analyst) rows (about 70 bytes each) and is written per charge.
 * **Clean failures.** A full disk, a read-only file, a lock held past the owner's
   timeout (:data:`TIMEOUT_ENV`, default 60 s) or a corrupt file is a ``LedgerError``,
   raised before any data is read.
-* **Crash safety.** SQLite WAL with ``synchronous=FULL``: a committed charge survives a
-  killed process, and a killed process never leaves a half-written one.
+* **Crash safety.** SQLite's rollback journal (``journal_mode=DELETE``) with
+  ``synchronous=FULL``: a committed charge is in the main file itself, fsynced before
+  the answer, so it survives a killed process or a crash and no side file holds it
+  (deleting a ``-wal`` could lose committed charges; deleting a ``-journal`` can only
+  lose an uncommitted one, for which no data was read). A killed process never leaves a
+  half-written charge. A new ledger file is made with mode 0600 (it holds every
+  analyst's SQL; SQLite gives its journal the same mode). A read-only open never falls
+  back to ``immutable=1`` (which would ignore a journal and show a stale spend).
 
 **What a ledger cannot detect on its own.** Without the owner's key, anyone who can
-write the file can rewrite it consistently (the chain then only catches accidents:
-bit flips, truncation, naive edits). Even with the key, the file as a whole can be
-rolled back to an older copy, or deleted while no connection has it open; when the
+write the file can rewrite it consistently, head included (the chain then only catches
+accidents: bit flips, truncation, naive edits). Even with the key, the file as a whole
+(head included) can be rolled back to an older copy while no connection has it open
+(an open connection refuses a head older than one it saw), or deleted then; when the
 ledger is not pinned, the next connection then starts a fresh budget. Pinning the
 ledger (which must then exist; creating it is the owner's act) and its id
 (:data:`LEDGER_ID_ENV`, the catalog's ``ledger_id:``) turns a deleted or replaced file
@@ -787,7 +809,8 @@ class Ledger:
                 raise LedgerError(
                     f"ledger {self.path!r} has format version {meta.get('version')}; this "
                     f"dpsql reads version {VERSION} (dpsql budget migrate converts a "
-                    "version-1 ledger into a new file)")
+                    "version-1 ledger into a new file; a version-2 ledger has no head "
+                    "record and is read by the dpsql that wrote it)")
             self.id = meta["id"]
             if expect_id is not None and expect_id != self.id:
                 raise LedgerError(
