@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from dpsql.accounting import Cost
-from dpsql.ledger import ALL, CHARGED_SQL_KEPT, Ledger, _checkpoint_doc, _sha
+from dpsql.ledger import ALL, CHARGED_SQL_KEPT, Ledger, _checkpoint_doc, _hk, _sha, _tag
 
 SQL = "SELECT sex, COUNT(*), AVG(income) FROM pums WHERE age >= 18 GROUP BY sex"
 ANALYSTS = 50
@@ -49,28 +49,38 @@ def build(where: str, history: int) -> str:
     sql_hash = _sha(SQL)
     for eid in range(1, history + 1):
         analyst = f"a{eid % ANALYSTS}"
-        h = mac("entry", eid, t0, "bench", analyst, "charge", *parts, sql_hash, prev)
-        rows.append((eid, t0, "bench", analyst, "charge", *parts, SQL[:CHARGED_SQL_KEPT],
-                     sql_hash, len(SQL), "answered", None, prev, h))
+        stored = SQL[:CHARGED_SQL_KEPT]
+        h = mac("entry", eid, t0, "bench", analyst, "charge", *parts, sql_hash, len(SQL),
+                _sha(stored), prev)
+        rows.append((eid, t0, "bench", analyst, "charge", *parts, stored, sql_hash,
+                     len(SQL), "answered", None, mac("outcome", eid, h, "answered", None),
+                     prev, h))
         prev = h
         for key in (("bench", analyst), ("bench", ALL)):
             old = totals.get(key, (0.0, 0.0, 0.0, 0.0, 0))
             totals[key] = (old[0] + parts[0], old[1] + parts[1], old[2] + parts[2],
                            old[3] + parts[3], old[4] + 1)
+    cols = ("id, time, dataset, analyst, kind, epsilon, delta, rho, rho_delta, sql, "
+            "sql_hash, sql_length, outcome, detail, omac, prev, hash")
     with led._tx() as db:
         for i in range(0, len(rows), 50_000):
             chunk = rows[i:i + 50_000]
             if s.kind == "sqlite":
-                db.db.executemany(f"INSERT INTO {p}entries VALUES "
-                                  "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", chunk)
+                db.db.executemany(f"INSERT INTO {p}entries ({cols}) VALUES "
+                                  "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", chunk)
             else:
                 with db.db.cursor() as cur:
-                    cur.executemany(f"INSERT INTO {p}entries VALUES "
+                    cur.executemany(f"INSERT INTO {p}entries ({cols}) VALUES "
                                     "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-                                    "%s, %s, %s)", chunk)
+                                    "%s, %s, %s, %s)", chunk)
         for (ds, an), vals in totals.items():
+            row_mac = mac("totals", ds, an, *vals)
             db.execute(f"INSERT INTO {p}totals VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       (ds, an, *vals, mac("totals", ds, an, *vals)))
+                       (ds, an, *vals, row_mac))
+            led._head_set(_hk("t", ds, an), _tag(row_mac))
+        if history:  # the head names the newest entry (written when the transaction ends)
+            led._head["id"], led._head["hash"] = history, prev
+            led._head_dirty = True
         db.execute(f"UPDATE {p}meta SET value = ? WHERE key = 'checkpoint'",
                    (_checkpoint_doc(mac, history, prev, totals),))
     led.close()

@@ -28,24 +28,46 @@ rules:
   and every charge checks, inside its transaction, that the file at the path is still
   the one opened (device and inode) and still carries the ledger's random id: a ledger
   deleted or replaced under an open connection stops it before the next charge.
-* **Tamper evidence.** Every entry carries the hash of the one before (a chain); with an
-  owner secret (:data:`KEY_ENV`) the hashes are HMACs, and so are the budgets, the
+* **Tamper evidence.** Every entry carries the hash of the one before (a chain), over
+  its cost, the full query's SHA-256 and length and the SHA-256 of the text kept; its
+  outcome (written after execution) carries its own MAC bound to the entry's hash. With
+  an owner secret (:data:`KEY_ENV`) the hashes are HMACs, and so are the budgets, the
   running totals and the data-set bindings, so only the key holder can rewrite them
-  undetected. At open the entries since the last verified checkpoint are checked and
-  summed onto the checkpoint's totals, which must equal the running totals exactly
-  (incremental: each entry is verified once by some open, not O(history) per open);
-  ``dpsql budget verify`` checks the whole chain. Every stored cost must be finite and
-  non-negative, or the ledger refuses.
+  undetected.
+* **The head record** (one ``meta`` row, MAC'd) names the newest entry (id and hash), a
+  sequence number, and the exact version (128 bits of the MAC) of every budget, running
+  total, binding and refusal-count row; it is rewritten in the same transaction as
+  every charge, refusal, budget change and binding. Every transaction (charges and
+  reads alike) checks it: its MAC, that the newest entry is the one it names (one index
+  lookup), that it is not older than one this connection already saw, and that each
+  row read is the version it names (a missing row must be missing there too). So,
+  with the key, deleting or rewinding entries (a tail included), totals, budgets or
+  bindings, or putting back an older row, is a :class:`~dpsql.errors.LedgerError` for
+  an open connection and at the next open. At open the whole set of small-table rows
+  is compared with the head, and the entries since the last verified checkpoint are
+  checked and summed onto the checkpoint's totals, which must equal the running totals
+  exactly (incremental: each entry is verified once by some open, not O(history) per
+  open); ``dpsql budget verify`` checks the whole chain, every outcome MAC, and each
+  stored text against the query's hash when the whole text is kept. Every stored cost
+  must be finite and non-negative, or the ledger refuses. The head grows with the
+  number of (data set, analyst) rows (about 70 bytes each) and is written per charge.
 * **Clean failures.** A full disk, a read-only file, a lock held past the owner's
   timeout (:data:`TIMEOUT_ENV`, default 60 s) or a corrupt file is a ``LedgerError``,
   raised before any data is read.
-* **Crash safety.** SQLite WAL with ``synchronous=FULL``: a committed charge survives a
-  killed process, and a killed process never leaves a half-written one.
+* **Crash safety.** SQLite's rollback journal (``journal_mode=DELETE``) with
+  ``synchronous=FULL``: a committed charge is in the main file itself, fsynced before
+  the answer, so it survives a killed process or a crash and no side file holds it
+  (deleting a ``-wal`` could lose committed charges; deleting a ``-journal`` can only
+  lose an uncommitted one, for which no data was read). A killed process never leaves a
+  half-written charge. A new ledger file is made with mode 0600 (it holds every
+  analyst's SQL; SQLite gives its journal the same mode). A read-only open never falls
+  back to ``immutable=1`` (which would ignore a journal and show a stale spend).
 
 **What a ledger cannot detect on its own.** Without the owner's key, anyone who can
-write the file can rewrite it consistently (the chain then only catches accidents:
-bit flips, truncation, naive edits). Even with the key, the file as a whole can be
-rolled back to an older copy, or deleted while no connection has it open; when the
+write the file can rewrite it consistently, head included (the chain then only catches
+accidents: bit flips, truncation, naive edits). Even with the key, the file as a whole
+(head included) can be rolled back to an older copy while no connection has it open
+(an open connection refuses a head older than one it saw), or deleted then; when the
 ledger is not pinned, the next connection then starts a fresh budget. Pinning the
 ledger (which must then exist; creating it is the owner's act) and its id
 (:data:`LEDGER_ID_ENV`, the catalog's ``ledger_id:``) turns a deleted or replaced file
@@ -108,7 +130,7 @@ from dpsql.errors import BudgetExhaustedError, LedgerError, PrivacyParameterErro
 from dpsql.text import escape, is_plain
 
 FORMAT = "dpsql-ledger"
-VERSION = "2"
+VERSION = "3"
 ALL = "*"  # analyst key of a data set's total budget
 
 #: Environment variable of the service process: the only ledger (absolute path or URL).
@@ -346,6 +368,14 @@ class _SQLite:
         self.created = False
         if not self.memory:
             self._prepare_file(path, create)
+            # SQLite would quietly open an unwritable file read-only (the rollback journal
+            # needs no -shm); the file and its folder (where the journal goes) must be
+            # writable for charges, so say so at open, not at the first charge
+            if not readonly and not (os.access(self.path, os.W_OK)
+                                     and os.access(Path(self.path).parent, os.W_OK)):
+                raise LedgerError(f"ledger {path!r} is read-only (the file or its folder): it "
+                                  "cannot record charges (dpsql budget show/log can still "
+                                  "read it)")
         try:
             if readonly:
                 self.db = self._open_readonly()
@@ -354,7 +384,13 @@ class _SQLite:
                                           check_same_thread=False)
                 self.db.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
                 if not self.memory:
-                    self.db.execute("PRAGMA journal_mode = WAL")
+                    # a rollback journal, not WAL: a committed charge lives in the main
+                    # file itself (fsynced), so deleting a side file (the -wal) cannot
+                    # lose it; a deleted -journal only loses an uncommitted one
+                    mode = self.db.execute("PRAGMA journal_mode = DELETE").fetchone()[0]
+                    if mode != "delete":
+                        raise LedgerError(f"ledger {path!r}: cannot leave journal mode "
+                                          f"{mode!r} (another process holds it open)")
                 self.db.execute("PRAGMA synchronous = FULL")
         except sqlite3.Error as exc:
             raise _ledger_error(exc, path, "open") from None
@@ -401,16 +437,19 @@ class _SQLite:
         """Builds a complete empty ledger under a temporary name and links it into place,
         so no process ever sees a half-made (empty) file at the ledger's path."""
         tmp = p.with_name(f".{p.name}.{secrets.token_hex(6)}.new")
-        # No ledger at this name, so a -wal or -shm here is an orphan of a ledger that was
-        # deleted while a process had it open: SQLite would replay that WAL into the new
-        # file. The old process keeps its own open descriptors either way.
-        for suffix in ("-wal", "-shm"):
+        # No ledger at this name, so a -journal, -wal or -shm here is an orphan of a ledger
+        # that was deleted while a process had it open: SQLite would play that journal back
+        # into the new file. The old process keeps its own open descriptors either way.
+        for suffix in ("-journal", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{p}{suffix}")
         try:
+            # only the owner may read it: it holds every analyst's SQL (SQLite gives its
+            # journal the same mode)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             con = sqlite3.connect(tmp, isolation_level=None)
             try:
-                con.execute("PRAGMA journal_mode = WAL")
+                con.execute("PRAGMA journal_mode = DELETE")
                 _Schema(self).create(con)
                 _init_meta(con, "?", "", secrets.token_hex(16), _owner_key())
             finally:
@@ -425,23 +464,24 @@ class _SQLite:
         except OSError as exc:
             raise LedgerError(f"cannot create ledger {str(p)!r}: {exc.strerror}") from None
         finally:
-            for suffix in ("", "-wal", "-shm"):
+            for suffix in ("", "-journal", "-wal", "-shm"):
                 with contextlib.suppress(OSError):
                     os.unlink(f"{tmp}{suffix}")
 
     def _open_readonly(self) -> sqlite3.Connection:
         uri = "file:" + (Path(self.path).as_uri()[7:] if not self.memory else ":memory:")
+        # No immutable=1 fallback: it would ignore a journal (a crash's hot journal, or an
+        # older ledger's WAL) and show a stale, lower spend. With the rollback journal a
+        # plain read-only open works in a folder we cannot write; when it does not (a hot
+        # journal only a writer can roll back), it is a LedgerError.
+        con = sqlite3.connect(uri + "?mode=ro", uri=True, isolation_level=None,
+                              check_same_thread=False, timeout=self.timeout)
         try:
-            con = sqlite3.connect(uri + "?mode=ro", uri=True, isolation_level=None,
-                                  check_same_thread=False, timeout=self.timeout)
             con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            return con
-        except sqlite3.OperationalError:
-            # a WAL file in a folder we cannot write: read it as it stands
-            con = sqlite3.connect(uri + "?immutable=1", uri=True, isolation_level=None,
-                                  check_same_thread=False)
-            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            return con
+        except sqlite3.Error:
+            con.close()
+            raise
+        return con
 
     def _check_identity(self) -> None:
         st = self._stat_settled(Path(self.path))
@@ -608,7 +648,7 @@ class _Schema:
             f"epsilon {r} NOT NULL, delta {r} NOT NULL, rho {r} NOT NULL, "
             f"rho_delta {r} NOT NULL, sql TEXT NOT NULL, sql_hash TEXT NOT NULL, "
             f"sql_length {i} NOT NULL, outcome TEXT NOT NULL, detail TEXT, "
-            "prev TEXT NOT NULL, hash TEXT NOT NULL)",
+            "prev TEXT NOT NULL, hash TEXT NOT NULL, omac TEXT NOT NULL)",
             f"CREATE TABLE {p}refusal_counts (dataset TEXT NOT NULL, analyst TEXT NOT NULL, "
             f"stored {i} NOT NULL, dropped {i} NOT NULL, PRIMARY KEY (dataset, analyst))",
             f"CREATE TABLE {p}bindings (dataset TEXT PRIMARY KEY, db TEXT NOT NULL, "
@@ -624,7 +664,8 @@ def _init_meta(con, ph: str, prefix: str, ledger_id: str, key: bytes | None) -> 
     mac = _Mac(ledger_id, key)
     rows = [("format", FORMAT), ("version", VERSION), ("id", ledger_id),
             ("keyed", "1" if key else "0"), ("key_check", mac("key-check")),
-            ("created", _now()), ("checkpoint", _checkpoint_doc(mac, 0, mac("genesis"), {}))]
+            ("created", _now()), ("checkpoint", _checkpoint_doc(mac, 0, mac("genesis"), {})),
+            ("head", _head_doc(mac, 0, 0, mac("genesis"), {}))]
     for k, v in rows:
         con.execute(f"INSERT INTO {prefix}meta VALUES ({ph}, {ph})", (k, v))
 
@@ -647,6 +688,31 @@ def _checkpoint_doc(mac: _Mac, last_id: int, last_hash: str, totals: dict) -> st
     rows = sorted([*k, *v] for k, v in totals.items())
     return json.dumps({"id": last_id, "hash": last_hash, "totals": rows,
                        "mac": mac("checkpoint", last_id, last_hash, rows)})
+
+
+_ENTRY_COLUMNS = ("id, time, dataset, analyst, kind, epsilon, delta, rho, rho_delta, sql, "
+                  "sql_hash, sql_length, outcome, detail, omac, prev, hash")
+
+
+def _head_doc(mac: _Mac, seq: int, last_id: int, last_hash: str, rows: dict) -> str:
+    items = sorted([k, v] for k, v in rows.items())
+    return json.dumps({"seq": seq, "id": last_id, "hash": last_hash, "rows": items,
+                       "mac": mac("head", seq, last_id, last_hash, items)})
+
+
+def _hk(kind: str, *names: str) -> str:
+    """The head's key of one row of a small table (b: budgets, t: totals, g: bindings,
+    r: refusal counts)."""
+    return kind + json.dumps(list(names), ensure_ascii=True)
+
+
+def _tag(mac: str) -> str:
+    return mac[:32]  # 128 bits of the row's MAC: enough to pin the row's exact version
+
+
+#: The outcomes an entry of each kind may carry.
+_OUTCOMES = {"charge": ("charged", "answered", "failed", "cancelled"),
+             "refusal": ("refused",)}
 
 
 def _ledger_error(exc: BaseException, path: str, doing: str,
@@ -694,6 +760,9 @@ class Ledger:
                  expect_id: str | None = None, timeout: float | None = None,
                  refusal_cap: int = REFUSAL_CAP):
         self._lock = threading.Lock()
+        self._seen = -1  # the newest head (its seq) this connection has seen committed
+        self._head: dict = {}
+        self._head_dirty = False
         self.refusal_cap = refusal_cap
         timeout = _timeout() if timeout is None else timeout
         self._timeout = timeout
@@ -740,7 +809,8 @@ class Ledger:
                 raise LedgerError(
                     f"ledger {self.path!r} has format version {meta.get('version')}; this "
                     f"dpsql reads version {VERSION} (dpsql budget migrate converts a "
-                    "version-1 ledger into a new file)")
+                    "version-1 ledger into a new file; a version-2 ledger has no head "
+                    "record and is read by the dpsql that wrote it)")
             self.id = meta["id"]
             if expect_id is not None and expect_id != self.id:
                 raise LedgerError(
@@ -784,18 +854,21 @@ class Ledger:
         write = not self._s.readonly
         (self._s.begin_write if write else self._s.begin_read)()
         try:
+            self._load_head()
             last_id, last_hash, totals = self._checkpoint()
             if last_id:
                 # the checkpointed entry itself is re-hashed: the chain's newest verified link
-                row = self._s.execute(
-                    "SELECT id, time, dataset, analyst, kind, epsilon, delta, rho, rho_delta, "
-                    f"sql_hash, prev, hash FROM {self._p}entries WHERE id = ?", (last_id,)
-                ).fetchone()
-                if row is None or row[-1] != last_hash or \
-                        row[-1] != self._mac("entry", *row[:-1]):
+                row = self._s.execute(f"SELECT {_ENTRY_COLUMNS} FROM {self._p}entries "
+                                      "WHERE id = ?", (last_id,)).fetchone()
+                if row is None or row[-1] != last_hash:
                     raise LedgerError(f"ledger {self.path!r}: the checkpointed entry "
                                       f"{last_id} was altered or removed")
+                self._check_entry(row, row[-2])
             new_id, new_hash, totals, count = self._replay(last_id, last_hash, totals)
+            if (new_id, new_hash) != (self._head["id"], self._head["hash"]):
+                raise LedgerError(f"ledger {self.path!r}: its entries end at {new_id}, not "
+                                  f"where its head record says ({self._head['id']}): "
+                                  "entries were removed or rewound")
             self._compare_totals(totals)
             self._check_small_tables()
             self._cp_id = last_id
@@ -804,6 +877,7 @@ class Ledger:
                                 (_checkpoint_doc(self._mac, new_id, new_hash, totals),))
                 self._cp_id = new_id
             self._s.execute("COMMIT")
+            self._seen = self._head["seq"]
         except BaseException:
             if self._s.in_transaction():
                 self._s.execute("ROLLBACK")
@@ -819,29 +893,49 @@ class Ledger:
                    (_checkpoint_doc(self._mac, new_id, new_hash, totals),))
         self._cp_id = new_id
 
+    def _check_entry(self, row: tuple, prev: str) -> None:
+        """One entry: its cost, its link to ``prev``, its hash (over the stored text's
+        hash too), its stored text against its full-text hash when all of it is kept,
+        and its outcome's MAC."""
+        (eid, t, ds, an, kind, e, d, r, rd, sql, sql_hash, length, outcome, detail, omac, p,
+         h) = row
+        parts = (e, d, r, rd)
+        if not all(isinstance(x, float) and math.isfinite(x) and x >= 0 for x in parts):
+            raise LedgerError(f"ledger {self.path!r}: entry {eid} has a cost that is not "
+                              "a finite non-negative number (corrupted or altered)")
+        if not isinstance(sql, str) or not isinstance(length, int):
+            raise LedgerError(f"ledger {self.path!r}: entry {eid} was altered")
+        if p != prev or not hmac.compare_digest(
+                str(h), self._mac("entry", eid, t, ds, an, kind, *parts, sql_hash, length,
+                                  _sha(sql), p)):
+            raise LedgerError(f"ledger {self.path!r}: entry {eid} breaks the hash chain "
+                              "(corrupted or altered)")
+        # text is only ever lengthened when made storable, so a stored text as long as
+        # the query is the query itself: it must have the query's hash
+        if len(sql) == length and _sha(sql) != sql_hash:
+            raise LedgerError(f"ledger {self.path!r}: the text of entry {eid} does not match "
+                              "its hash (altered)")
+        if kind not in _OUTCOMES:
+            raise LedgerError(f"ledger {self.path!r}: entry {eid} has unknown kind")
+        if outcome not in _OUTCOMES[kind] or not hmac.compare_digest(
+                str(omac), self._mac("outcome", eid, h, outcome, detail)):
+            raise LedgerError(f"ledger {self.path!r}: the outcome of entry {eid} was altered")
+
     def _replay(self, after: int, prev: str, totals: dict) -> tuple[int, str, dict, int]:
         """Verifies the chain after entry ``after`` and adds its charges to ``totals``
         (in id order, the order the running totals were summed in)."""
         totals = dict(totals)
         last_id, count = after, 0
-        cur = self._s.execute(
-            "SELECT id, time, dataset, analyst, kind, epsilon, delta, rho, rho_delta, "
-            f"sql_hash, prev, hash FROM {self._p}entries WHERE id > ? ORDER BY id", (after,))
+        cur = self._s.execute(f"SELECT {_ENTRY_COLUMNS} FROM {self._p}entries WHERE id > ? "
+                              "ORDER BY id", (after,))
         for row in cur:
-            (eid, t, ds, an, kind, e, d, r, rd, sql_hash, p, h) = row
-            parts = (e, d, r, rd)
-            if not all(isinstance(x, float) and math.isfinite(x) and x >= 0 for x in parts):
-                raise LedgerError(f"ledger {self.path!r}: entry {eid} has a cost that is not "
-                                  "a finite non-negative number (corrupted or altered)")
-            if p != prev or h != self._mac("entry", eid, t, ds, an, kind, *parts, sql_hash, p):
-                raise LedgerError(f"ledger {self.path!r}: entry {eid} breaks the hash chain "
-                                  "(corrupted or altered)")
+            self._check_entry(row, prev)
+            eid, ds, an, kind, h = row[0], row[2], row[3], row[4], row[-1]
             if kind == "charge":
+                e, d, r, rd = row[5:9]
                 for key in ((ds, an), (ds, ALL)):
                     old = totals.get(key, (0.0, 0.0, 0.0, 0.0, 0))
                     totals[key] = (old[0] + e, old[1] + d, old[2] + r, old[3] + rd, old[4] + 1)
-            elif kind != "refusal":
-                raise LedgerError(f"ledger {self.path!r}: entry {eid} has unknown kind")
             prev, last_id, count = h, eid, count + 1
         return last_id, prev, totals, count
 
@@ -870,17 +964,91 @@ class Ledger:
                               "altered")
 
     def _check_small_tables(self) -> None:
+        """Every row of budgets, totals, bindings and refusal counts: its MAC, and the
+        whole set against the head record (no row removed, added or rolled back)."""
+        found: dict = {}
         for row in self._s.execute(
                 "SELECT dataset, analyst, epsilon, delta, accountant, source, mac FROM "
                 f"{self._p}budgets").fetchall():
-            self._check_budget_row(row)
+            self._check_budget_row(row, head=False)
+            found[_hk("b", row[0], row[1])] = _tag(row[-1])
+        for ds, an, *vals, mac in self._s.execute(
+                "SELECT dataset, analyst, epsilon, delta, rho, rho_delta, n, mac FROM "
+                f"{self._p}totals").fetchall():
+            self._check_totals_row(ds, an, tuple(vals), mac)
+            found[_hk("t", ds, an)] = _tag(mac)
         for ds, db, _, mac in self._s.execute(
                 f"SELECT dataset, db, updated, mac FROM {self._p}bindings").fetchall():
-            if not hmac.compare_digest(mac, self._mac("binding", ds, db)):
-                raise LedgerError(f"ledger {self.path!r}: the database of data set {ds!r} "
-                                  "was altered")
+            self._check_binding_row(ds, db, mac, head=False)
+            found[_hk("g", ds)] = _tag(mac)
+        for ds, an, stored, dropped in self._s.execute(
+                f"SELECT dataset, analyst, stored, dropped FROM {self._p}refusal_counts"
+        ).fetchall():
+            found[_hk("r", ds, an)] = [stored, dropped]
+        want = self._head["rows"]
+        if found != want:
+            bad = sorted(k for k in set(found) | set(want) if found.get(k) != want.get(k))
+            raise LedgerError(
+                f"ledger {self.path!r}: its budgets, running totals, bindings or refusal "
+                f"counts do not match its head record ({', '.join(bad[:3])}): rows were "
+                "removed, added or rolled back")
 
-    def _check_budget_row(self, row) -> tuple[float, float]:
+    def _check_binding_row(self, ds: str, db: str, mac: str, head: bool = True) -> None:
+        if not isinstance(mac, str) or not hmac.compare_digest(
+                mac, self._mac("binding", ds, db)):
+            raise LedgerError(f"ledger {self.path!r}: the database of data set {ds!r} "
+                              "was altered")
+        if head:
+            self._match_head(_hk("g", ds), _tag(mac), f"the binding of {ds!r}")
+
+    # -- the head record ----------------------------------------------------------------
+
+    def _load_head(self) -> None:
+        """Reads and checks the head record (inside the caller's transaction): its MAC,
+        that it is not older than one this connection saw, and that the newest entry is
+        the one it names. One row and one index lookup."""
+        raw = self._s.execute(f"SELECT value FROM {self._p}meta WHERE key = 'head'"
+                              ).fetchone()
+        try:
+            doc = json.loads(raw[0])
+            seq, last_id, last_hash = int(doc["seq"]), int(doc["id"]), str(doc["hash"])
+            items = doc["rows"]
+            ok = hmac.compare_digest(str(doc["mac"]),
+                                     self._mac("head", seq, last_id, last_hash, items))
+            rows = {str(k): v for k, v in items}
+        except (TypeError, ValueError, KeyError, IndexError):
+            ok = False
+        if not ok:
+            raise LedgerError(f"ledger {self.path!r}: its head record is missing or was "
+                              "altered")
+        if seq < self._seen:
+            raise LedgerError(f"ledger {self.path!r} was rewound to an older state while this "
+                              "connection had it open; refusing to charge")
+        tail = self._s.execute(f"SELECT id, hash FROM {self._p}entries ORDER BY id DESC "
+                               "LIMIT 1").fetchone()
+        actual = (0, self._mac("genesis")) if tail is None else tuple(tail)
+        if actual != (last_id, last_hash):
+            raise LedgerError(f"ledger {self.path!r}: its newest entry does not match its head "
+                              "record: entries were removed, rewound or added")
+        self._head = {"seq": seq, "id": last_id, "hash": last_hash, "rows": rows}
+        self._head_dirty = False
+
+    def _match_head(self, key: str, value: Any, what: str) -> None:
+        if self._head["rows"].get(key) != value:
+            raise LedgerError(f"ledger {self.path!r}: {what} does not match the ledger's head "
+                              "record (removed, rolled back or altered)")
+
+    def _head_set(self, key: str, value: Any) -> None:
+        self._head["rows"][key] = value
+        self._head_dirty = True
+
+    def _write_head(self, db) -> None:
+        h = self._head
+        h["seq"] += 1
+        db.execute(f"UPDATE {self._p}meta SET value = ? WHERE key = 'head'",
+                   (_head_doc(self._mac, h["seq"], h["id"], h["hash"], h["rows"]),))
+
+    def _check_budget_row(self, row, head: bool = True) -> tuple[float, float]:
         ds, an, e, d, acc, src, mac = row
         if not (isinstance(e, float) and math.isfinite(e) and e > 0 and isinstance(d, float)
                 and 0 <= d < 1) or acc not in ACCOUNTANTS:
@@ -888,6 +1056,8 @@ class Ledger:
                               "valid (epsilon, delta) (corrupted or altered)")
         if not hmac.compare_digest(mac, self._mac("budget", ds, an, e, d, acc, src)):
             raise LedgerError(f"ledger {self.path!r}: the budget of {ds!r}/{an!r} was altered")
+        if head:
+            self._match_head(_hk("b", ds, an), _tag(mac), f"the budget of {ds!r}/{an!r}")
         return (e, d)
 
     # -- transactions -------------------------------------------------------------------
@@ -918,8 +1088,12 @@ class Ledger:
                                               "this connection opened; refusing to charge")
                     else:
                         s.begin_read()
+                    self._load_head()
                     yield s
+                    if self._head_dirty:
+                        self._write_head(s)
                     s.execute("COMMIT")
+                    self._seen = self._head["seq"]
                 except s.errors() as exc:
                     raise _ledger_error(exc, self.path, "record", self._timeout) from None
             except BaseException:
@@ -938,6 +1112,8 @@ class Ledger:
             f"{self._p}budgets WHERE dataset = ? AND analyst = ?", (dataset, analyst)
         ).fetchone()
         if row is None:
+            self._match_head(_hk("b", dataset, analyst), None,
+                             f"the budget of {dataset!r}/{analyst!r}")
             return None
         total = self._check_budget_row(row)
         return total, row[4]
@@ -950,6 +1126,7 @@ class Ledger:
                        (dataset, analyst))
         db.execute(f"INSERT INTO {self._p}budgets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                    (dataset, analyst, total[0], total[1], accountant, source, _now(), mac))
+        self._head_set(_hk("b", dataset, analyst), _tag(mac))
 
     def _charged(self, db, dataset: str) -> bool:
         return db.execute(f"SELECT 1 FROM {self._p}totals WHERE dataset = ? AND analyst = ?",
@@ -1015,6 +1192,7 @@ class Ledger:
             query += " WHERE dataset = ?"
             args = (dataset,)
         with self._tx(write=False) as db:
+            self._check_small_tables()
             return [tuple(r) for r in db.execute(query + " ORDER BY dataset, analyst", args)]
 
     def accountant(self, dataset: str) -> str:
@@ -1039,8 +1217,12 @@ class Ledger:
         if identity is None:
             return
         with self._tx() as db:
-            row = db.execute(f"SELECT db FROM {self._p}bindings WHERE dataset = ?",
+            row = db.execute(f"SELECT db, mac FROM {self._p}bindings WHERE dataset = ?",
                              (dataset,)).fetchone()
+            if row is None:
+                self._match_head(_hk("g", dataset), None, f"the binding of {dataset!r}")
+            else:
+                self._check_binding_row(dataset, row[0], row[1])
             if row is not None and not rebind:
                 old = json.loads(row[0])
                 if _same_database(old, identity):
@@ -1059,11 +1241,14 @@ class Ledger:
                         "the database moved, the owner runs dpsql budget rebind")
             text = json.dumps(identity, sort_keys=True)
             db.execute(f"DELETE FROM {self._p}bindings WHERE dataset = ?", (dataset,))
+            mac = self._mac("binding", dataset, text)
             db.execute(f"INSERT INTO {self._p}bindings VALUES (?, ?, ?, ?)",
-                       (dataset, text, _now(), self._mac("binding", dataset, text)))
+                       (dataset, text, _now(), mac))
+            self._head_set(_hk("g", dataset), _tag(mac))
 
     def bindings(self) -> dict[str, dict]:
         with self._tx(write=False) as db:
+            self._check_small_tables()
             return {ds: json.loads(text) for ds, text in
                     db.execute(f"SELECT dataset, db FROM {self._p}bindings").fetchall()}
 
@@ -1074,9 +1259,12 @@ class Ledger:
             "SELECT epsilon, delta, rho, rho_delta, n, mac FROM "
             f"{self._p}totals WHERE dataset = ? AND analyst = ?", (dataset, analyst)
         ).fetchone()
+        key = _hk("t", dataset, analyst)
         if row is None:
+            self._match_head(key, None, f"the running total of {dataset!r}/{analyst!r}")
             return None
         self._check_totals_row(dataset, analyst, tuple(row[:5]), row[5])
+        self._match_head(key, _tag(row[5]), f"the running total of {dataset!r}/{analyst!r}")
         return tuple(row[:5])
 
     def _spent(self, db, dataset: str, analyst: str) -> Spent:
@@ -1087,34 +1275,35 @@ class Ledger:
         old = self._totals_row(db, dataset, analyst)
         if old is None:
             new = (*(0.0 + x for x in parts), 1)
+            mac = self._mac("totals", dataset, analyst, *new)
             db.execute(f"INSERT INTO {self._p}totals VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       (dataset, analyst, *new, self._mac("totals", dataset, analyst, *new)))
-            return
-        new = (old[0] + parts[0], old[1] + parts[1], old[2] + parts[2], old[3] + parts[3],
-               old[4] + 1)
-        db.execute(f"UPDATE {self._p}totals SET epsilon = ?, delta = ?, rho = ?, "
-                   "rho_delta = ?, n = ?, mac = ? WHERE dataset = ? AND analyst = ?",
-                   (*new, self._mac("totals", dataset, analyst, *new), dataset, analyst))
+                       (dataset, analyst, *new, mac))
+        else:
+            new = (old[0] + parts[0], old[1] + parts[1], old[2] + parts[2],
+                   old[3] + parts[3], old[4] + 1)
+            mac = self._mac("totals", dataset, analyst, *new)
+            db.execute(f"UPDATE {self._p}totals SET epsilon = ?, delta = ?, rho = ?, "
+                       "rho_delta = ?, n = ?, mac = ? WHERE dataset = ? AND analyst = ?",
+                       (*new, mac, dataset, analyst))
+        self._head_set(_hk("t", dataset, analyst), _tag(mac))
 
     def _append(self, db, dataset: str, analyst: str, kind: str, parts: tuple, sql: str,
                 keep: int, outcome: str, detail: str | None) -> int:
-        head = db.execute(f"SELECT id, hash FROM {self._p}entries ORDER BY id DESC LIMIT 1"
-                          ).fetchone()
-        if head is None:
-            last_id, prev = self._checkpoint()[:2]
-            if last_id:
-                raise LedgerError(f"ledger {self.path!r}: its entries were removed")
-        else:
-            last_id, prev = head
+        # the newest entry was checked against the head when the transaction began
+        last_id, prev = self._head["id"], self._head["hash"]
         eid, t = last_id + 1, _now()
         sql = sql if isinstance(sql, str) else repr(sql)
         sql_hash = _sha(sql)
-        h = self._mac("entry", eid, t, dataset, analyst, kind, *parts, sql_hash, prev)
-        db.execute(f"INSERT INTO {self._p}entries VALUES "
-                   "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                   (eid, t, dataset, analyst, kind, *parts, _storable(sql[:keep]), sql_hash,
-                    len(sql), outcome, None if detail is None else _storable(detail[:1000]),
-                    prev, h))
+        stored = _storable(sql[:keep])
+        detail = None if detail is None else _storable(detail[:1000])
+        h = self._mac("entry", eid, t, dataset, analyst, kind, *parts, sql_hash, len(sql),
+                      _sha(stored), prev)
+        db.execute(f"INSERT INTO {self._p}entries ({_ENTRY_COLUMNS}) VALUES "
+                   "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   (eid, t, dataset, analyst, kind, *parts, stored, sql_hash, len(sql),
+                    outcome, detail, self._mac("outcome", eid, h, outcome, detail), prev, h))
+        self._head["id"], self._head["hash"] = eid, h
+        self._head_dirty = True
         return eid
 
     def charge(self, dataset: str, analyst: str, cost: Cost, sql: str,
@@ -1180,6 +1369,9 @@ class Ledger:
     def _store_refusal(self, db, dataset: str, analyst: str, sql: Any, detail: str) -> None:
         row = db.execute(f"SELECT stored, dropped FROM {self._p}refusal_counts WHERE "
                          "dataset = ? AND analyst = ?", (dataset, analyst)).fetchone()
+        key = _hk("r", dataset, analyst)
+        self._match_head(key, None if row is None else list(row),
+                         f"the refusal count of {dataset!r}/{analyst!r}")
         stored, dropped = row if row else (0, 0)
         if stored < self.refusal_cap:
             self._append(db, dataset, analyst, "refusal", (0.0, 0.0, 0.0, 0.0),
@@ -1192,6 +1384,7 @@ class Ledger:
                    (dataset, analyst))
         db.execute(f"INSERT INTO {self._p}refusal_counts VALUES (?, ?, ?, ?)",
                    (dataset, analyst, stored, dropped))
+        self._head_set(key, [stored, dropped])
 
     def finish(self, charge_id: int, outcome: str, detail: str | None = None) -> None:
         """Marks a charged query ``answered``, ``failed`` or ``cancelled`` (Ctrl-C).
@@ -1203,9 +1396,15 @@ class Ledger:
         assert outcome in ("answered", "failed", "cancelled")
         try:
             with self._tx() as db:
-                db.execute(f"UPDATE {self._p}entries SET outcome = ?, detail = ? WHERE id = ?",
-                           (outcome, None if detail is None else _storable(detail[:1000]),
-                            charge_id))
+                row = db.execute(f"SELECT hash, kind FROM {self._p}entries WHERE id = ?",
+                                 (charge_id,)).fetchone()
+                if row is None or row[1] != "charge":
+                    raise LedgerError(f"ledger {self.path!r}: charge {charge_id} is missing")
+                detail = None if detail is None else _storable(detail[:1000])
+                db.execute(f"UPDATE {self._p}entries SET outcome = ?, detail = ?, omac = ? "
+                           "WHERE id = ?", (outcome, detail,
+                                            self._mac("outcome", charge_id, row[0], outcome,
+                                                      detail), charge_id))
         except LedgerError as exc:
             _log.error("ledger %s: charge %d is kept, but its outcome %r could not be "
                        "recorded: %s", escape(self.path), charge_id, outcome, escape(str(exc)))
@@ -1235,6 +1434,7 @@ class Ledger:
     def spenders(self) -> list[tuple[str, str]]:
         """(dataset, analyst) of everyone who was charged, sorted."""
         with self._tx(write=False) as db:
+            self._check_small_tables()
             return sorted(tuple(r) for r in db.execute(
                 f"SELECT dataset, analyst FROM {self._p}totals WHERE analyst <> ?", (ALL,)))
 
@@ -1242,6 +1442,7 @@ class Ledger:
         """(dataset, analyst, stored, only counted) per analyst with refusals."""
         where, args = ("WHERE dataset = ?", (dataset,)) if dataset else ("", ())
         with self._tx(write=False) as db:
+            self._check_small_tables()
             return [tuple(r) for r in db.execute(
                 f"SELECT dataset, analyst, stored, dropped FROM {self._p}refusal_counts "
                 f"{where} ORDER BY dataset, analyst", args)]
@@ -1267,7 +1468,10 @@ class Ledger:
         """
         with self._tx(write=False) as db:
             last_id, last_hash, cp_totals = self._checkpoint()
-            _, head, totals, count = self._replay(0, self._mac("genesis"), {})
+            end_id, end_hash, totals, count = self._replay(0, self._mac("genesis"), {})
+            if (end_id, end_hash) != (self._head["id"], self._head["hash"]):
+                raise LedgerError(f"ledger {self.path!r}: its entries end at {end_id}, not "
+                                  "where its head record says: entries were removed")
             if last_id:
                 _, at_cp, totals_cp, _ = self._replay_until(last_id)
                 if at_cp != last_hash or {k: v for k, v in totals_cp.items() if v[4]} != \

@@ -366,13 +366,13 @@ def test_removed_entries_are_caught(tmp_path):
     path = tmp_path / "l.sqlite"
     charged_ledger(path).close()
     flip(path, "DELETE FROM entries WHERE id = 3")
-    with pytest.raises(LedgerError, match="do not match"):
+    with pytest.raises(LedgerError, match="removed"):
         Ledger(path)
     path2 = tmp_path / "l2.sqlite"
     charged_ledger(path2).close()
     Ledger(path2).close()
     flip(path2, "DELETE FROM entries")
-    with pytest.raises(LedgerError, match="checkpointed entry"):
+    with pytest.raises(LedgerError, match="checkpointed entry|removed"):
         Ledger(path2)
 
 
@@ -452,7 +452,7 @@ def test_refusals_are_bounded_and_counted_past_the_cap(tmp_path, db):
         led.refuse("d", "eve", huge, "UnsupportedQueryError: " + "x" * 10**6)
     with pytest.raises(dpsql.BudgetExhaustedError):
         led.charge("d", "eve", Cost(2.0), huge)
-    assert os.path.getsize(path) + os.path.getsize(f"{path}-wal") < 2 * 2**20
+    assert os.path.getsize(path) < 2 * 2**20
     entries = led.log()
     assert len(entries) == 3 and all(len(e["sql"]) <= ledger_mod.SQL_KEPT for e in entries)
     assert entries[0]["sql_length"] == len(huge)
@@ -676,7 +676,7 @@ def test_a_read_only_ledger_can_be_read_but_not_charged():
         charged_ledger(path).close()
         Ledger(path).close()
         os.chmod(path, 0o444)
-        os.chmod(folder, 0o555)  # not even the -wal/-shm can be made
+        os.chmod(folder, 0o555)  # not even a journal can be made
         kind, message = _as_nobody(_try_open, str(path))
         assert kind == "error" and "LedgerError" in message, message
         assert "read-only" in message and "fresh budget" not in message
@@ -758,17 +758,145 @@ def test_a_sqlalchemy_url_naming_another_database_is_refused(tmp_path, db, pums_
     engine.dispose()
 
 
-def test_a_new_ledger_never_replays_the_wal_of_a_deleted_one(tmp_path):
+def test_a_new_ledger_never_replays_the_journal_of_a_deleted_one(tmp_path):
     path = tmp_path / "l.sqlite"
-    holder = charged_ledger(path)  # open: its WAL stays beside the name
-    reader = Ledger(path)
-    assert Path(f"{path}-wal").exists()
+    holder = charged_ledger(path)
     os.unlink(path)
+    # orphans of the deleted ledger beside its name: SQLite would play them back
+    for suffix in ("-journal", "-wal"):
+        Path(f"{path}{suffix}").write_bytes(os.urandom(4096))
     fresh = Ledger(path)  # the owner's new ledger at the same name
     fresh.verify()
     assert fresh.spent("d").basic == (0.0, 0.0) and fresh.id != holder.id
+    assert not Path(f"{path}-journal").exists() and not Path(f"{path}-wal").exists()
     with pytest.raises(LedgerError, match="deleted|replaced"):
         holder.charge("d", "alice", Cost(0.1), "q")
-    reader.close()
     holder.close()
     fresh.close()
+
+
+# -- the head record, the journal, the outcome MAC (hostile review of v2) --------------------
+
+
+def _keyed(monkeypatch, path, n=3):
+    monkeypatch.setenv(KEY_ENV, "owner-secret")
+    led = charged_ledger(path, n=n, eps=3.0)
+    led.set_budget("d", (1.0, 0.0), analyst="carol")
+    return led
+
+
+@pytest.mark.parametrize("wipe", [
+    "DELETE FROM entries; DELETE FROM totals",
+    "DELETE FROM entries WHERE id = (SELECT max(id) FROM entries); "
+    "UPDATE totals SET n = n",  # a rewound tail (totals left as they are)
+    "DELETE FROM budgets",
+    "DELETE FROM budgets WHERE analyst = 'carol'",
+    "DELETE FROM bindings",
+    "DELETE FROM meta WHERE key = 'head'",
+])
+def test_wiping_rows_without_the_key_is_caught_by_an_open_connection_and_at_open(
+        tmp_path, monkeypatch, wipe):
+    path = tmp_path / "l.sqlite"
+    led = _keyed(monkeypatch, path)
+    led.bind("d", {"kind": "server", "url": "postgresql://h:5432/x"})
+    led.charge("d", "carol", Cost(0.5), "q")
+    Ledger(path).close()  # the checkpoint moved past every entry
+    con = sqlite3.connect(path)
+    con.executescript(wipe)
+    con.close()
+    with pytest.raises(LedgerError, match="head record"):  # the long-lived connection
+        if "bindings" in wipe:
+            led.bind("d", {"kind": "server", "url": "postgresql://h:5432/y"})
+        else:
+            led.charge("d", "carol", Cost(0.5), "q")
+    with pytest.raises(LedgerError, match="head record"):
+        led.bindings() if "bindings" in wipe else led.view("d", "carol").remaining
+    with pytest.raises(LedgerError, match="head record"):
+        Ledger(path)
+    with pytest.raises(LedgerError, match="head record"):
+        Ledger(path, readonly=True).verify()
+
+
+def test_an_older_budget_row_put_back_is_caught(tmp_path, monkeypatch):
+    path = tmp_path / "l.sqlite"
+    led = _keyed(monkeypatch, path)
+    con = sqlite3.connect(path)
+    old = con.execute("SELECT * FROM budgets WHERE analyst = 'carol'").fetchone()
+    con.close()
+    led.set_budget("d", (0.5, 0.0), analyst="carol")  # the owner lowers it
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM budgets WHERE analyst = 'carol'")
+    con.execute("INSERT INTO budgets VALUES (?, ?, ?, ?, ?, ?, ?, ?)", old)  # valid MAC
+    con.commit()
+    con.close()
+    with pytest.raises(LedgerError, match="budget of 'd'/'carol' does not match"):
+        led.charge("d", "carol", Cost(0.75), "q")
+    with pytest.raises(LedgerError, match="head record"):
+        Ledger(path)
+
+
+def test_a_whole_older_state_put_back_under_an_open_connection_is_caught(tmp_path,
+                                                                         monkeypatch):
+    path = tmp_path / "l.sqlite"
+    led = _keyed(monkeypatch, path, n=1)
+    snapshot = tmp_path / "old.sqlite"
+    shutil.copy(path, snapshot)
+    led.charge("d", "alice", Cost(3.0), "q")
+    # the older file's content written back into the same file (same inode and id)
+    path.write_bytes(snapshot.read_bytes())
+    with pytest.raises(LedgerError, match="rewound"):
+        led.charge("d", "alice", Cost(3.0), "q")
+
+
+def test_the_head_is_one_row_checked_without_reading_history(tmp_path, monkeypatch):
+    """The charge reads the head and the newest entry, never a scan of the entries."""
+    path = tmp_path / "l.sqlite"
+    led = charged_ledger(path, n=5, eps=0.01)
+    seen = []
+    led._db.set_trace_callback(seen.append)
+    led.charge("d", "alice", Cost(0.01), "q")
+    led._db.set_trace_callback(None)
+    scans = [s for s in seen if "FROM entries" in s and "LIMIT 1" not in s]
+    assert not scans, scans
+
+
+def test_audit_text_and_outcome_are_tamper_evident(tmp_path, monkeypatch):
+    path = tmp_path / "l.sqlite"
+    monkeypatch.setenv(KEY_ENV, "owner-secret")
+    led = charged_ledger(path, n=2)
+    led.finish(1, "answered")
+    led.refuse("d", "alice", "SELECT secret", "X: no")
+    led.close()
+    assert Ledger(path).verify()["entries"] == 3
+    for edit in ("UPDATE entries SET sql = 'SELECT 1' WHERE id = 1",
+                 "UPDATE entries SET outcome = 'failed' WHERE id = 1",
+                 "UPDATE entries SET detail = 'BackendError' WHERE id = 2",
+                 "DELETE FROM entries WHERE id = 3"):
+        copy = tmp_path / "copy.sqlite"
+        shutil.copy(path, copy)
+        flip(copy, edit)
+        with pytest.raises(LedgerError, match="altered|chain|head record"):
+            Ledger(copy, readonly=True).verify()
+        copy.unlink()
+
+
+def test_a_deleted_side_file_loses_no_committed_charge(tmp_path):
+    """Committed charges live in the main file: no -wal to delete."""
+    path = tmp_path / "l.sqlite"
+    led = charged_ledger(path, n=4)
+    side = [p.name for p in tmp_path.iterdir() if p.name.startswith("l.sqlite-")]
+    assert side == []
+    assert led._db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    copy = tmp_path / "copy.sqlite"
+    shutil.copy(path, copy)  # what a crash leaves: the main file alone
+    assert Ledger(copy).spent("d").basic == (2.0, 0.0)
+
+
+def test_a_new_ledger_file_is_private_to_its_owner(tmp_path):
+    path = tmp_path / "l.sqlite"
+    old = os.umask(0o022)
+    try:
+        charged_ledger(path).close()
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o600

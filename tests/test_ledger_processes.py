@@ -121,7 +121,7 @@ DISK_FULL = textwrap.dedent("""
            "tables": {"pums": {"user_key": "pid", "columns": {
                "pid": "int", "age": {"type": "int", "lower": 0, "upper": 100}}}}}
     conn = dpsql.connect(db, catalog=cat, ledger=ledger, analyst="f")
-    size = max(os.path.getsize(ledger), os.path.getsize(ledger + "-wal"))
+    size = os.path.getsize(ledger)
     limit = size + 96 * 1024
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     for i in range(5000):
