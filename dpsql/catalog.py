@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -160,6 +161,26 @@ class Catalog:
         return name.lower() in self.tables
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as people write it: ``1e-5`` is a number (YAML 1.1, PyYAML's, reads a float
+    without a dot as text)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def load_yaml(text: str) -> Any:
+    """Parses a catalog or config YAML text, reading ``1e-5`` as a number.
+
+    >>> load_yaml("budget: {epsilon: 1, delta: 1e-5}")
+    {'budget': {'epsilon': 1, 'delta': 1e-05}}
+    """
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def load_catalog(source: str | Path | Mapping[str, Any] | Catalog) -> Catalog:
     """Loads and checks a catalog from a YAML path, a dict, or returns a Catalog as is.
 
@@ -177,7 +198,7 @@ def load_catalog(source: str | Path | Mapping[str, Any] | Catalog) -> Catalog:
         except OSError as exc:
             raise CatalogError(f"cannot read catalog file {origin!r}: {exc.strerror}") from None
         try:
-            source = yaml.safe_load(text)
+            source = load_yaml(text)
         except yaml.YAMLError as exc:
             raise CatalogError(f"catalog file {origin!r} is not valid YAML: {exc}") from None
     if not isinstance(source, Mapping):

@@ -27,6 +27,7 @@ import sqlglot
 import yaml
 
 import dpsql
+from dpsql.catalog import load_yaml
 from dpsql.errors import (
     CatalogError,
     DpsqlError,
@@ -925,11 +926,11 @@ def catalog_draft(tables, database, user_key, row_privacy, dataset, output) -> N
 def catalog_import_smartnoise(path, dataset, output) -> None:
     """Convert SmartNoise SQL metadata YAML into a dpsql catalog."""
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise CatalogError(f"{path} is not valid YAML: {exc}") from None
     text = smartnoise_catalog(doc, path.name, dataset)
-    dpsql.load_catalog(yaml.safe_load(text))  # what is written must load
+    dpsql.load_catalog(load_yaml(text))  # what is written must load
     _emit(output, text)
 
 

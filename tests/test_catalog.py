@@ -91,3 +91,17 @@ def test_float_user_keys_are_refused():
     doc = {"tables": {"t": {"user_key": "uid", "columns": {"uid": {"type": "float"}}}}}
     with pytest.raises(CatalogError, match="user_key 'uid' is a float column"):
         load_catalog(doc)
+
+
+def test_yaml_numbers_written_without_a_dot_are_numbers(tmp_path):
+    """``delta: 1e-5`` (as the README and ``catalog draft`` write it) is a number, not the
+    text PyYAML's YAML 1.1 reads."""
+    from dpsql.catalog import load_catalog
+
+    path = tmp_path / "c.yaml"
+    path.write_text("dataset: t\nbudget: {epsilon: 1, delta: 1e-5}\n"
+                    "tables:\n  t:\n    user_key: id\n    columns:\n"
+                    "      id: {type: int}\n      x: {type: float, lower: 0, upper: 1e3}\n")
+    cat = load_catalog(path)
+    assert cat.budget == (1.0, 1e-5)
+    assert cat.table("t").columns["x"].upper == 1000.0

@@ -45,6 +45,7 @@ from typing import Any
 
 import yaml
 
+from dpsql.catalog import load_yaml
 from dpsql.server import ServerError
 
 
@@ -121,7 +122,7 @@ def load_config(path: str | Path, *, self_signed: bool = False) -> ServerConfig:
     """
     path = Path(path).resolve()
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = load_yaml(path.read_text())
     except OSError as exc:
         raise ServerError(f"cannot read config {str(path)!r}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
