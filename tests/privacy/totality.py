@@ -1164,7 +1164,7 @@ def known_classes(finding: Finding) -> list[str]:
 
 
 #: The CI slice (test_totality.py): (backend, seed, queries).
-CI_SLICE = (("duckdb", 19, 500), ("sqlite", 19, 250), ("postgres", 19, 250), ("spark", 19, 40))
+CI_SLICE = (("duckdb", 19, 400), ("sqlite", 19, 200), ("postgres", 19, 200), ("spark", 19, 30))
 
 
 def measure(backend: str = "duckdb") -> dict[str, int]:
