@@ -404,10 +404,17 @@ def _pg_arith(node: exp.Expression, types: total.Types) -> bool:
         _bounded_numeric(o, types) for o in (node.this, node.expression))
 
 
-def _nonzero(node: exp.Expression) -> bool:
-    """``NULLIF(x, 0)`` (through a cast to NUMERIC), or a non-zero literal."""
-    while isinstance(node, exp.Paren | exp.Cast):
+def _nonzero(node: exp.Expression, types: total.Types) -> bool:
+    """A divisor that is never 0: a non-zero literal, ``NULLIF(x, 0)``, or one of these
+    cast exactly to an unconstrained NUMERIC. No other cast is looked through: a cast
+    can round a non-zero value to 0 (``CAST(0.1 AS INT)``, a tiny value to
+    ``NUMERIC(p, 0)``)."""
+    while isinstance(node, exp.Paren):
         node = node.this
+    if isinstance(node, exp.Cast):
+        return types(node) == "NUMERIC" and (
+            _is_numeric(types(node.this)) or types(node.this) in (*_PG_INTEGERS, *_PG_FLOATS)
+        ) and _nonzero(node.this, types)
     value = _literal_value(node)
     if value is not None:
         return value != 0
@@ -423,7 +430,7 @@ def _pg_division(node: exp.Expression, types: total.Types) -> bool:
         a, b = node.expressions
     else:
         a, b = node.this, node.expression
-    return _is_numeric(types(node)) and _bounded_numeric(a, types) and _nonzero(b) and \
+    return _is_numeric(types(node)) and _bounded_numeric(a, types) and _nonzero(b, types) and \
         (_is_numeric(types(b)) or types(b) in (*_PG_INTEGERS, total.NULL))
 
 
@@ -704,7 +711,8 @@ TOTAL = total.AllowList("PostgreSQL", (
     _E((exp.Sum, exp.Avg), _pg_sum, _pg_sum.__doc__.split(":")[0]),
     _E((exp.RowNumber,), total.always, "numbers rows"),
     _E((exp.Anonymous,), total.anonymous("HASHTEXTEXTENDED"), "a hash of text"),
-), guards=(), sum_as="DECIMAL", refuse_unwrappable=False)
+), guards=(), sum_as="DECIMAL", refuse_unwrappable=False,
+   nullif_divisors=True)
 
 
 def _pg_bind_types(raw, sql: str) -> list[str | None]:

@@ -210,6 +210,9 @@ class AllowList:
     #: aggregate) is refused while placing guards; False where the dialect layer makes
     #: every operation total in place (PostgreSQL), leaving the final check to decide.
     refuse_unwrappable: bool = True
+    #: Whether a division that is not total gets ``NULLIF(divisor, 0)`` (engines without
+    #: TRY, whose dialect layer then makes the division total).
+    nullif_divisors: bool = False
     #: The type a SUM/AVG sums an argument as when the argument's own type is not
     #: listed (DuckDB: DOUBLE; PostgreSQL: NUMERIC).
     sum_as: str = "DOUBLE"
@@ -278,6 +281,11 @@ def _wrap(node: exp.Expression, make: Callable[[exp.Expression], exp.Expression]
     return new
 
 
+def _nullif_zero(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Nullif) and isinstance(node.expression, exp.Literal) \
+        and node.expression.this == "0"
+
+
 def place_guards(tree: exp.Expression, allow: AllowList, types: Types,
                  refuse: Callable[[exp.Expression, str], Exception]) -> exp.Expression:
     """Guards every operation of ``tree`` that ``allow`` does not list as total (DuckDB form).
@@ -324,6 +332,16 @@ def place_guards(tree: exp.Expression, allow: AllowList, types: Types,
             if not allow.refuse_unwrappable:
                 return
             raise refuse(node, f"{node.sql_name()} of {types(node.this) or 'an unknown type'}")
+        if allow.nullif_divisors and isinstance(node, exp.Div | exp.IntDiv | exp.Mod) \
+                and not _nullif_zero(node.expression):
+            # a zero divisor gives NULL, as the guard would: then the division is one
+            # an engine without TRY can make total (PostgreSQL's NUMERIC form)
+            divisor = node.expression
+            zero = exp.Literal.number(0)
+            guarded = exp.Nullif(this=divisor, expression=zero)
+            types.set(guarded, types(divisor))
+            types.set(zero, "INTEGER")
+            node.set("expression", guarded)
         if type(node) is exp.Cast:
             new = _wrap(node, lambda n: exp.TryCast(this=n.this, to=n.args["to"]))
             types.set(new, types(node))
