@@ -340,6 +340,9 @@ def _bounded_numeric(node: exp.Expression, types: total.Types) -> bool:
     that a product of two stays far inside NUMERIC's 131072 digits."""
     while isinstance(node, exp.Paren):
         node = node.this
+    value = _literal_value(node)
+    if value is not None:  # 1e99999 is a short literal: its magnitude counts
+        return abs(value) <= Fraction(10) ** 324
     if _constant(node):
         return True
     if isinstance(node, exp.Cast) and types(node.this) in (*_PG_INTEGERS, *_PG_FLOATS):
@@ -349,16 +352,22 @@ def _bounded_numeric(node: exp.Expression, types: total.Types) -> bool:
     digits = total.decimal_digits(str(types(node) or "").replace("NUMERIC", "DECIMAL"))
     if digits is not None and digits[0] - digits[1] <= 309:
         return True  # NUMERIC(p, s): fewer than p - s integer digits
+    bounds = _sentinel_bounds(node, types)
+    if bounds is not None:
+        return max(abs(bounds[0]), abs(bounds[1])) <= Fraction(10) ** 309
     if isinstance(node, exp.Sum | exp.Avg | exp.Min | exp.Max):
         # fewer than 2**48 values of at most 1.8e308: at most 5e322
         arg = node.this
         args = arg.expressions if isinstance(arg, exp.Distinct) else [arg]
         return all(_bounded_numeric(a, types) for a in args)
-    if isinstance(node, exp.Coalesce):
+    if isinstance(node, exp.Coalesce | exp.Greatest | exp.Least):
         return all(_bounded_numeric(a, types) for a in (node.this, *node.expressions))
-    bounds = _sentinel_bounds(node, types)
-    if bounds is not None:
-        return max(abs(bounds[0]), abs(bounds[1])) <= Fraction(10) ** 309
+    if isinstance(node, exp.Nullif):
+        return _bounded_numeric(node.this, types)
+    if isinstance(node, exp.Case):
+        return all(_bounded_numeric(a, types) for a in total.operands(node))
+    if isinstance(node, exp.Null):
+        return True
     if isinstance(node, exp.Round):
         return _bounded_numeric(node.this, types)
     return False
@@ -495,7 +504,11 @@ def _pg_cast(node: exp.Expression, types: total.Types) -> bool:
             value = value.this
         places = _literal_value(value.args.get("decimals") or exp.Null()) \
             if isinstance(value, exp.Round) else None
-        return -limit <= low and high <= limit and places is not None and places <= decimals
+        # a float8 as NUMERIC goes back to float8 exactly (no underflow)
+        exact = target == "DOUBLE" and isinstance(value, exp.Cast) and \
+            types(value.this) == "DOUBLE"
+        return -limit <= low and high <= limit and (
+            exact or places is not None and places <= decimals)
     return False
 
 
@@ -512,6 +525,8 @@ def _iso_date(text: str) -> bool:
     """
     import datetime
 
+    if text.strip().lower() in ("infinity", "-infinity"):
+        return True  # special values, read the same in every DateStyle
     try:
         if len(text) == 10:
             datetime.date.fromisoformat(text)
