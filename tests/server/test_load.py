@@ -114,7 +114,8 @@ def test_sigkill_while_charging_then_restart(tmp_path):
     try:
         with psycopg.connect(_dsn(host, port, 0), autocommit=True) as con:
             con.execute(f"SET dpsql.epsilon = {EPS}")
-            assert con.execute("SELECT COUNT(*) AS n FROM pums").fetchone()[0] > 0
+            # answered (a noisy count at ε = 0.001 may well be 0): charged, below
+            assert con.execute("SELECT COUNT(*) AS n FROM pums").fetchone() is not None
     finally:
         stop(proc)
     ledger = Ledger(tmp_path / "ledger.sqlite")
