@@ -70,6 +70,16 @@ class Backend(ABC):
         """The output types of one SELECT over no data (needed with :attr:`allow`)."""
         raise NotImplementedError
 
+    def _probe_types(self, sql: str) -> list[str]:
+        """:meth:`bind_types`, remembered: a probe reads only typed NULLs and constants
+        (no table), so its answer depends on its text alone."""
+        cache = self.__dict__.setdefault("_probe_cache", {})
+        if sql not in cache:
+            if len(cache) >= 4096:
+                cache.pop(next(iter(cache)))
+            cache[sql] = self.bind_types(sql)
+        return cache[sql]
+
     def to_sql(self, expression: exp.Expression) -> str:
         """Transpiles a rewritten AST to this backend's SQL (dialect transforms, then sqlglot).
 
@@ -118,7 +128,7 @@ class Backend(ABC):
             ctx = dialects.context(expression, self.columns, self.dialect,
                                    **self.dialect_options())
             expression = dialects.apply(expression, self.pre_transforms, ctx)
-        types = total.expression_types(expression, self.columns, self.bind_types,
+        types = total.expression_types(expression, self.columns, self._probe_types,
                                        self.dialect)
         total.place_guards(expression, self.allow, types, _refusal)
         if self.transforms:
@@ -127,7 +137,7 @@ class Backend(ABC):
             ctx = dialects.context(expression, self.columns, self.dialect,
                                    **self.dialect_options())
             expression = dialects.apply(expression, self.transforms, ctx)
-            types = total.expression_types(expression, self.columns, self.bind_types,
+            types = total.expression_types(expression, self.columns, self._probe_types,
                                            self.dialect)
         total.check_total(expression, self.allow, types)
         sql = expression.sql(dialect=self.dialect)
