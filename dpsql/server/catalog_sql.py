@@ -76,7 +76,8 @@ _ALLOWED_TEXT = """
 and or xor not case if cast trycast collate nullif coalesce greatest least array
 regexplike regexpilike regexp_like regexp_ilike row_number rank dense_rank
 explode unnest exploding_generate_series generate_series group_concat string_agg
-array_agg count min max sum avg bool_and bool_or
+array_agg count min max sum avg bool_and bool_or logical_and logical_or
+generate_subscripts
 current_schema current_schemas current_user session_user current_database
 current_catalog current_role current_version version
 lower upper length char_length character_length octet_length substring substr
@@ -134,6 +135,9 @@ _STANDINS = {
     "pg_operator": "oid BIGINT, oprname VARCHAR, oprleft BIGINT, oprright BIGINT, "
                    "oprresult BIGINT, oprnamespace BIGINT",
     "pg_language": "oid BIGINT, lanname VARCHAR",
+    "pg_opclass": "oid BIGINT, opcmethod BIGINT, opcname VARCHAR, opcnamespace BIGINT, "
+                  "opcowner BIGINT, opcfamily BIGINT, opcintype BIGINT, "
+                  "opcdefault BOOLEAN, opckeytype BIGINT",
     "pg_stat_activity": "datname VARCHAR, pid INTEGER, usename VARCHAR, "
                         "application_name VARCHAR, state VARCHAR, query VARCHAR",
     "pg_locks": "locktype VARCHAR, pid INTEGER, mode VARCHAR, granted BOOLEAN",
@@ -179,6 +183,18 @@ _MACROS = [
     "array_upper(a, d) AS len(a)",
     "array_lower(a, d) AS 1",
     "pg_is_in_recovery() AS false",
+    # the settings clients read (DuckDB's own current_setting knows none of them)
+    "dpsql_current_setting(x) AS CASE lower(x::VARCHAR) "
+    "WHEN 'default_table_access_method' THEN 'heap' "
+    f"WHEN 'server_version' THEN '{SERVER_VERSION}' "
+    "WHEN 'server_version_num' THEN '150000' WHEN 'server_encoding' THEN 'UTF8' "
+    "WHEN 'client_encoding' THEN 'UTF8' WHEN 'standard_conforming_strings' THEN 'on' "
+    "WHEN 'search_path' THEN '\"$user\", public' WHEN 'max_identifier_length' THEN '63' "
+    "WHEN 'datestyle' THEN 'ISO, MDY' WHEN 'timezone' THEN 'UTC' "
+    "WHEN 'integer_datetimes' THEN 'on' WHEN 'lc_collate' THEN 'C' "
+    "WHEN 'lc_ctype' THEN 'C' WHEN 'transaction_isolation' THEN 'read committed' "
+    "WHEN 'transaction_read_only' THEN 'on' WHEN 'is_superuser' THEN 'off' "
+    "ELSE NULL END",
     "txid_current() AS 0",
     "array_length(a, d) AS len(a)",
     "pg_get_keywords() AS TABLE SELECT NULL::VARCHAR AS word, NULL::VARCHAR AS catcode, "
@@ -246,8 +262,9 @@ _WIDEN = {
                 "indisclustered BOOLEAN false, indisvalid BOOLEAN true, "
                 "indcheckxmin BOOLEAN false, indisready BOOLEAN true, "
                 "indislive BOOLEAN true, indisreplident BOOLEAN false, "
-                "indkey VARCHAR '', indcollation VARCHAR '', indclass VARCHAR '', "
-                "indoption VARCHAR '', indexprs VARCHAR NULL, indpred VARCHAR NULL",
+                "indkey SMALLINT[] NULL, indcollation BIGINT[] NULL, "
+                "indclass BIGINT[] NULL, indoption SMALLINT[] NULL, "
+                "indexprs VARCHAR NULL, indpred VARCHAR NULL",
     "pg_constraint": "oid BIGINT 0, conname VARCHAR '', connamespace BIGINT 0, "
                      "contype VARCHAR '', condeferrable BOOLEAN false, "
                      "condeferred BOOLEAN false, convalidated BOOLEAN true, "
@@ -533,6 +550,9 @@ def rewrite_probe(sql: str, login: str, dataset: str) -> str:
                 args = [x for kv in node.expressions for x in (
                     (kv.this, kv.expression) if isinstance(kv, exp.JSONKeyValue) else (kv,))]
             return exp.Anonymous(this="json_object", expressions=args)
+        if isinstance(node, exp.Anonymous) and _name(node) == "current_setting":
+            return exp.Anonymous(this="dpsql_current_setting",
+                                 expressions=node.expressions[:1])
         if isinstance(node, exp.Anonymous) and _name(node) == "format_type":
             return exp.Anonymous(this="dpsql_format_type", expressions=node.expressions)
         if isinstance(node, exp.Anonymous) and _name(node) == "pg_get_expr" and \

@@ -216,6 +216,34 @@ def test_sqlalchemy_inspect_and_pandas(service):
         engine.dispose()
 
 
+def test_sqlalchemy_constraints_and_indexes(service):
+    """The constraint and index reflection of SQLAlchemy's PostgreSQL dialect (pg_index,
+    pg_constraint, pg_opclass probes): answered, empty (the catalog declares no
+    constraints, and the user key is not reported as a primary key)."""
+    sa = pytest.importorskip("sqlalchemy")
+    url = (f"postgresql+psycopg://alice:{PASSWORDS['alice']}@{service.host}:{service.port}"
+           "/pums?sslmode=require")
+    engine = sa.create_engine(url)
+    try:
+        insp = sa.inspect(engine)
+        assert insp.get_pk_constraint("pums")["constrained_columns"] == []
+        assert insp.get_indexes("pums") == []
+        assert insp.get_foreign_keys("pums") == []
+        assert insp.get_unique_constraints("pums") == []
+        assert insp.get_check_constraints("pums") == []
+        assert insp.get_table_comment("pums") == {"text": None}
+        assert insp.get_multi_indexes() == {(None, "pums"): []}
+        assert insp.has_table("pums") and not insp.has_table("nowhere")
+        assert insp.get_view_names() == [] and insp.get_sequence_names() == []
+        # a whole MetaData reflection, as pandas/Alembic/Superset do
+        meta = sa.MetaData()
+        meta.reflect(engine)
+        table = meta.tables["pums"]
+        assert "income" in table.c and list(table.primary_key) == []
+    finally:
+        engine.dispose()
+
+
 JAVA = r"""
 import java.sql.*;
 import java.util.Properties;
