@@ -94,6 +94,7 @@ pg_get_function_identity_arguments pg_relation_size pg_total_relation_size
 pg_table_size pg_indexes_size pg_backend_pid pg_is_in_recovery txid_current
 to_regtype to_regclass pg_get_keywords has_table_privilege has_schema_privilege
 has_database_privilege current_setting
+pg_database_size pg_tablespace_location pg_stat_get_numscans pg_get_ruledef
 """
 _ALLOWED_FUNCS = frozenset(_ALLOWED_TEXT.split())
 
@@ -130,7 +131,9 @@ _STANDINS = {
     "pg_foreign_server": "oid BIGINT, srvname VARCHAR",
     "pg_partitioned_table": "partrelid BIGINT, partstrat VARCHAR",
     "pg_range": "rngtypid BIGINT, rngsubtype BIGINT",
-    "pg_extension": "oid BIGINT, extname VARCHAR, extversion VARCHAR, extnamespace BIGINT",
+    "pg_extension": "oid BIGINT, extname VARCHAR, extowner BIGINT, extnamespace BIGINT, "
+                    "extrelocatable BOOLEAN, extversion VARCHAR, extconfig BIGINT[], "
+                    "extcondition VARCHAR[]",
     "pg_event_trigger": "oid BIGINT, evtname VARCHAR",
     "pg_operator": "oid BIGINT, oprname VARCHAR, oprleft BIGINT, oprright BIGINT, "
                    "oprresult BIGINT, oprnamespace BIGINT",
@@ -168,6 +171,10 @@ _MACROS = [
     "pg_get_function_identity_arguments(x) AS NULL",
     "pg_get_serial_sequence(a, b) AS NULL",
     "pg_backend_pid() AS 0",
+    "pg_database_size(x) AS 0",
+    "pg_tablespace_location(x) AS ''",
+    "pg_stat_get_numscans(x) AS 0",
+    "pg_get_ruledef(a, b := false) AS NULL",
     "pg_relation_is_publishable(x) AS false",
     # PostgreSQL's names (SQLAlchemy and JDBC map types by them), not DuckDB's short ones
     "dpsql_format_type(t, m) AS CASE t WHEN 20 THEN 'bigint' WHEN 23 THEN 'integer' "
