@@ -37,6 +37,7 @@ from a small schema of empty stand-ins.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from typing import Any
@@ -95,6 +96,7 @@ pg_table_size pg_indexes_size pg_backend_pid pg_is_in_recovery txid_current
 to_regtype to_regclass pg_get_keywords has_table_privilege has_schema_privilege
 has_database_privilege current_setting
 pg_database_size pg_tablespace_location pg_stat_get_numscans pg_get_ruledef
+replace format _pg_expandarray has_any_column_privilege has_column_privilege
 """
 _ALLOWED_FUNCS = frozenset(_ALLOWED_TEXT.split())
 
@@ -135,6 +137,10 @@ _STANDINS = {
                     "extrelocatable BOOLEAN, extversion VARCHAR, extconfig BIGINT[], "
                     "extcondition VARCHAR[]",
     "pg_event_trigger": "oid BIGINT, evtname VARCHAR",
+    "pg_stat_user_tables": "relid BIGINT, schemaname VARCHAR, relname VARCHAR, "
+                           "seq_scan BIGINT, n_live_tup BIGINT, n_dead_tup BIGINT",
+    "pg_stat_all_tables": "relid BIGINT, schemaname VARCHAR, relname VARCHAR, "
+                          "seq_scan BIGINT, n_live_tup BIGINT, n_dead_tup BIGINT",
     "pg_operator": "oid BIGINT, oprname VARCHAR, oprleft BIGINT, oprright BIGINT, "
                    "oprresult BIGINT, oprnamespace BIGINT",
     "pg_language": "oid BIGINT, lanname VARCHAR",
@@ -186,7 +192,9 @@ _MACROS = [
     "to_regtype(x) AS (SELECT t.oid FROM pg_catalog.pg_type t WHERE t.typname = "
     "regexp_replace(lower(x::VARCHAR), '^pg_catalog\\.', '') LIMIT 1)",
     "to_regclass(x) AS (SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relname = "
-    "x::VARCHAR LIMIT 1)",
+    "trim(regexp_replace(x::VARCHAR, '^.*\\.', ''), '\"') LIMIT 1)",
+    "has_any_column_privilege(u, t, p := NULL) AS true",
+    "has_column_privilege(u, t, c := NULL, p := NULL) AS true",
     "array_upper(a, d) AS len(a)",
     "array_lower(a, d) AS 1",
     "pg_is_in_recovery() AS false",
@@ -208,6 +216,14 @@ _MACROS = [
     "NULL::VARCHAR AS catdesc WHERE false",
 ]
 
+
+#: DuckDB's type name → PostgreSQL's (information_schema ``data_type``, ``udt_name``).
+_PG_TYPE_NAMES = {"BIGINT": ("bigint", "int8"), "INTEGER": ("integer", "int4"),
+                  "SMALLINT": ("smallint", "int2"), "DOUBLE": ("double precision", "float8"),
+                  "FLOAT": ("real", "float4"), "VARCHAR": ("text", "text"),
+                  "BOOLEAN": ("boolean", "bool"), "DATE": ("date", "date"),
+                  "TIMESTAMP": ("timestamp without time zone", "timestamp"),
+                  "TIMESTAMP WITH TIME ZONE": ("timestamp with time zone", "timestamptz")}
 
 #: PostgreSQL type names in casts → DuckDB's (``::pg_catalog.text``, ``::oid``...).
 _CASTS = {"regproc": "BIGINT", "regprocedure": "BIGINT", "regnamespace": "BIGINT",
@@ -298,6 +314,17 @@ _WIDEN = {
 _FORCE = {"attstorage", "relreplident", "relam", "attstattarget", "typrelid"}
 
 
+#: ``AS select`` / ``AS update``...: PostgreSQL takes these keywords as column aliases
+#: (Metabase's table-privileges probe), sqlglot does not; they are quoted first.
+_KEYWORD_ALIAS = re.compile(
+    r"\bas\s+(select|insert|update|delete|table|role|schema)\b(?=\s*(,|\)|\bfrom\b|$))",
+    re.IGNORECASE)
+
+
+def _quote_keyword_aliases(sql: str) -> str:
+    return _KEYWORD_ALIAS.sub(lambda m: f'AS "{m.group(1).lower()}"', sql)
+
+
 def is_probe(sql: str, catalog: Catalog | None = None) -> bool:
     """Whether a statement is a catalog probe: a SELECT (or UNION of them) that reads
     only ``pg_catalog`` / ``information_schema`` (or nothing at all).
@@ -307,7 +334,7 @@ def is_probe(sql: str, catalog: Catalog | None = None) -> bool:
     answers a provable-empty schema probe free, or refuses it).
     """
     try:
-        trees = sqlglot.parse(sql, read="postgres")
+        trees = sqlglot.parse(_quote_keyword_aliases(sql), read="postgres")
     except (sqlglot.errors.SqlglotError, RecursionError, ValueError):
         return False
     if len(trees) != 1 or trees[0] is None:
@@ -381,6 +408,16 @@ class ProbeDB:
                              + f" FROM pg_catalog.{table}")
         for macro in _MACROS:
             self._db.execute(f"CREATE MACRO public.{macro}")
+        # information_schema.columns with PostgreSQL's type names (Metabase's sync reads
+        # udt_name; DuckDB leaves it NULL) and identity 'NO'
+        data_type = " ".join(f"WHEN '{d}' THEN '{n}'" for d, (n, _) in _PG_TYPE_NAMES.items())
+        udt_name = " ".join(f"WHEN '{d}' THEN '{u}'" for d, (_, u) in _PG_TYPE_NAMES.items())
+        self._db.execute(
+            "CREATE MACRO public.dpsql_information_schema_columns() AS TABLE SELECT * "
+            f"REPLACE (CASE data_type {data_type} ELSE lower(data_type) END AS data_type, "
+            "'pg_catalog' AS udt_schema, table_catalog AS udt_catalog, "
+            f"CASE data_type {udt_name} ELSE lower(data_type) END AS udt_name, "
+            "'NO' AS is_identity) FROM information_schema.columns")
         self._db.execute("SET search_path = 'public'")
         self._db.execute("SET enable_external_access = false")
         self._db.execute("SET autoinstall_known_extensions = false")
@@ -485,7 +522,7 @@ def rewrite_probe(sql: str, login: str, dataset: str) -> str:
         UnsupportedQueryError: not one SELECT, or it calls a refused function.
     """
     try:
-        trees = sqlglot.parse(sql, read="postgres")
+        trees = sqlglot.parse(_quote_keyword_aliases(sql), read="postgres")
     except (sqlglot.errors.SqlglotError, RecursionError, ValueError):
         raise UnsupportedQueryError("cannot parse this catalog query") from None
     if len(trees) != 1 or not isinstance(trees[0], exp.Query):
@@ -533,6 +570,10 @@ def rewrite_probe(sql: str, login: str, dataset: str) -> str:
                     return exp.paren(sqlglot.parse_one(
                         "SELECT oid FROM pg_catalog.pg_class WHERE relname = "
                         f"{exp.Literal.string(rel).sql()} LIMIT 1", read="duckdb"))
+                if isinstance(inner, exp.Anonymous | exp.DPipe | exp.Concat) or (
+                        isinstance(inner, exp.Cast) and _cast_target(inner.to) in (
+                            "text", "varchar")):
+                    return exp.Anonymous(this="to_regclass", expressions=[inner])
                 return inner
             if target in ("regtype",):
                 return exp.func("format_type", node.this, exp.null())
@@ -557,6 +598,21 @@ def rewrite_probe(sql: str, login: str, dataset: str) -> str:
                 args = [x for kv in node.expressions for x in (
                     (kv.this, kv.expression) if isinstance(kv, exp.JSONKeyValue) else (kv,))]
             return exp.Anonymous(this="json_object", expressions=args)
+        if isinstance(node, exp.Format):  # PostgreSQL's format(): DuckDB's printf
+            fmt = node.this.this.replace("%I", "%s").replace("%L", "'%s'")
+            return exp.Anonymous(this="printf",
+                                 expressions=[exp.Literal.string(fmt), *node.expressions])
+        if isinstance(node, exp.Dot) and isinstance(node.this, exp.Paren) and \
+                _name(node.expression) in ("n", "x"):
+            inner = node.this.this
+            if isinstance(inner, exp.Dot):
+                inner = inner.expression
+            if isinstance(inner, exp.Anonymous) and _name(inner) == "_pg_expandarray":
+                arr = inner.expressions[0]  # (_pg_expandarray(a)).n: a's subscripts
+                if _name(node.expression) == "n":
+                    return exp.Anonymous(this="generate_subscripts",
+                                         expressions=[arr, exp.Literal.number(1)])
+                return exp.Unnest(expressions=[arr])
         if isinstance(node, exp.Anonymous) and _name(node) == "current_setting":
             return exp.Anonymous(this="dpsql_current_setting",
                                  expressions=node.expressions[:1])
@@ -566,6 +622,11 @@ def rewrite_probe(sql: str, login: str, dataset: str) -> str:
                 len(node.expressions) > 2:
             node.set("expressions", node.expressions[:2])  # the pretty flag: no effect
             return node
+        if isinstance(node, exp.Table) and node.db.lower() == "information_schema" and \
+                node.name.lower() == "columns":
+            return exp.Table(this=exp.Anonymous(this="dpsql_information_schema_columns"),
+                             alias=exp.TableAlias(this=exp.to_identifier(
+                                 node.alias or node.name)))
         if isinstance(node, exp.Table) and node.db.lower() in ("pg_catalog", "") and (
                 node.name.lower() in _STANDINS or node.name.lower() in _WIDEN or
                 node.name.lower() == "pg_database"):
@@ -583,6 +644,19 @@ def rewrite_probe(sql: str, login: str, dataset: str) -> str:
             raise UnsupportedQueryError(f"function {name}() in a catalog query: catalog "
                                         "queries may call only the functions SQL tools "
                                         "use to read the catalog")
+        if name == "format" and not (isinstance(node.this, exp.Literal) and
+                                     node.this.is_string):
+            raise UnsupportedQueryError("format() in a catalog query takes a literal format")
+        if name == "replace":
+            # bounded: a short literal replacement, not nested (at most 16 times longer)
+            args = node.expressions if isinstance(node, exp.Anonymous) else [
+                node.this, node.expression, node.args.get("replacement")]
+            new = args[-1] if len(args) == 3 else None
+            if not (isinstance(new, exp.Literal) and new.is_string and len(new.this) <= 16
+                    and not any(_name(f) == "replace" or type(f).__name__ == "Replace"
+                                for f in args[0].find_all(exp.Func))):
+                raise UnsupportedQueryError("replace() in a catalog query takes a short "
+                                            "literal replacement")
         if name in ("exploding_generate_series", "generate_series"):
             for lit in node.find_all(exp.Literal):
                 if not lit.is_string:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -309,3 +310,47 @@ def test_jdbc(service, tmp_path):
     assert int(next(x for x in lines if x.startswith("TYPES")).split()[1]) > 10
     assert 650 < int(next(x for x in lines if x.startswith("ROW")).split()[1]) < 850
     assert "SQLSTATE 0A000" in lines
+
+
+def _fixture_queries(client: str) -> list[str]:
+    text = (Path(__file__).parent / "fixtures" / f"{client}.sql").read_text()
+    return [q.strip() for q in text.split("\n;;\n") if q.strip()]
+
+
+def test_rebuilt_dbeaver_and_metabase_probes(service):
+    """DBeaver's and Metabase's metadata queries (rebuilt from their sources, see the
+    fixtures' headers) over the wire, with the parameters those tools bind: they find
+    the catalog's table and its columns, with PostgreSQL's type names, free."""
+    with psycopg.connect(service.dsn("bob"), autocommit=True,
+                         cursor_factory=psycopg.RawCursor) as con:
+        before = con.execute("SHOW dpsql.budget").fetchone()[1]
+        dbeaver = _fixture_queries("dbeaver")
+        ns, = con.execute(next(q for q in dbeaver if "s.oid as schema_id" in q),
+                          ["public"]).fetchone()
+        tables = con.execute(next(q for q in dbeaver if "partition_expr" in q),
+                             [ns]).fetchall()
+        assert [r[2] for r in tables] == ["pums"]
+        cur = con.execute(next(q for q in dbeaver if "def_value" in q and "c.oid=$1" in q),
+                          [tables[0][0]])
+        names = [d.name for d in cur.description]
+        cols = {r[names.index("attname")]: r[names.index("atttypid")] for r in cur}
+        assert cols["age"] == 20 and cols["income"] == 701  # int8, float8
+        for q in dbeaver:  # every other DBeaver probe answers (tables may be empty)
+            n = len(set(re.findall(r"\$(\d+)", q)))
+            arg = "public" if re.search(r"name =\$1", q) else ns  # a name or an oid
+            con.execute(q, [arg] * n).fetchall()
+        metabase = _fixture_queries("metabase")
+        schemas = [r[0] for r in con.execute(next(q for q in metabase
+                                                  if "TABLE_SCHEM" in q)).fetchall()]
+        assert "public" in schemas
+        rows = con.execute(next(q for q in metabase if "estimated_row_count" in q),
+                           ["^pg_", "information_schema", "public"]).fetchall()
+        assert rows == [("public", "pums", "TABLE", None, None)]  # no row count
+        fields = con.execute(next(q for q in metabase if "database-type" in q),
+                             ["public", "pums", "public", "pums"]).fetchall()
+        assert {r[0]: r[1] for r in fields}["income"] == "float8"
+        assert [r[2] for r in fields] == list(range(len(fields)))
+        privileges = con.execute(next(q for q in metabase if "table_privileges" in q))
+        assert ("public", "pums") in {(r[1], r[2]) for r in privileges}
+        assert con.execute("show timezone;").fetchone() == ("UTC",)
+        assert con.execute("SHOW dpsql.budget").fetchone()[1] == before  # free
