@@ -91,6 +91,12 @@ def probe_db():
     "SELECT unnest(range(100000000))",
     "SELECT x FROM unnest(list_resize([1], 100000000)) t(x)",
     "SELECT * FROM pg_catalog.pg_class, repeat('x', 5)",
+    # replace() and format() (Metabase's probes) only in bounded forms
+    "SELECT replace('aaaaaaaa', 'a', 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb')",
+    "SELECT replace(replace('aaaaaaaa', 'a', 'bbbbbbbbbbbbbbbb'), 'b', 'cccccccccccccccc')",
+    "SELECT replace(relname, 'a', relname) FROM pg_catalog.pg_class",
+    "SELECT format(relname, relname) FROM pg_catalog.pg_class",
+    "SELECT printf('%s', 1)",
 ])
 def test_generators_refused_in_catalog_queries(probe_db, sql):
     from dpsql.errors import UnsupportedQueryError
