@@ -276,7 +276,9 @@ _WIDEN = {
                "typnotnull BOOLEAN false, typbasetype BIGINT 0, typtypmod INTEGER -1, "
                "typndims INTEGER 0, typcollation BIGINT 0, typdefaultbin VARCHAR NULL, "
                "typdefault VARCHAR NULL, typacl VARCHAR[] NULL",
-    "pg_namespace": "oid BIGINT 0, nspname VARCHAR '', nspowner BIGINT 10, "
+    # DuckDB's built-in types and functions live in its "main": PostgreSQL's pg_catalog
+    "pg_namespace": "oid BIGINT 0, nspname VARCHAR (CASE WHEN nspname = 'main' THEN "
+                    "'pg_catalog' ELSE nspname END), nspowner BIGINT 10, "
                     "nspacl VARCHAR[] NULL",
     "pg_index": "indexrelid BIGINT 0, indrelid BIGINT 0, indnatts SMALLINT 0, "
                 "indnkeyatts SMALLINT 0, indisunique BOOLEAN false, "
@@ -311,7 +313,7 @@ _WIDEN = {
 
 
 #: Columns DuckDB has but fills with values PostgreSQL clients cannot read.
-_FORCE = {"attstorage", "relreplident", "relam", "attstattarget", "typrelid"}
+_FORCE = {"attstorage", "relreplident", "relam", "attstattarget", "typrelid", "nspname"}
 
 
 #: ``AS select`` / ``AS update``...: PostgreSQL takes these keywords as column aliases

@@ -236,6 +236,7 @@ def test_sqlalchemy_constraints_and_indexes(service):
         assert insp.get_multi_indexes() == {(None, "pums"): []}
         assert insp.has_table("pums") and not insp.has_table("nowhere")
         assert insp.get_view_names() == [] and insp.get_sequence_names() == []
+        assert insp.get_schema_names() == ["public"]  # DuckDB's main is pg_catalog
         # a whole MetaData reflection, as pandas/Alembic/Superset do
         meta = sa.MetaData()
         meta.reflect(engine)
