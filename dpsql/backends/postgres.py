@@ -517,7 +517,7 @@ _FLOAT_TARGETS = {"DOUBLE": (Fraction(17, 10) * Fraction(10) ** 308, 300),
                   "FLOAT": (Fraction(34, 10) * Fraction(10) ** 38, 37)}
 
 
-def _iso_date(text: str) -> bool:
+def _iso_date(text: str, infinite: bool = True) -> bool:
     """A date or timestamp literal PostgreSQL reads in any DateStyle, years 1..9999.
 
     >>> _iso_date("1995-09-01"), _iso_date("2024-02-30"), _iso_date("2000-01-01 10:00:00")
@@ -526,7 +526,7 @@ def _iso_date(text: str) -> bool:
     import datetime
 
     if text.strip().lower() in ("infinity", "-infinity"):
-        return True  # special values, read the same in every DateStyle
+        return infinite  # special values, read the same in every DateStyle
     try:
         if len(text) == 10:
             datetime.date.fromisoformat(text)
@@ -560,8 +560,12 @@ def _kept_in_years(node: exp.Expression) -> bool:
     ``CASE WHEN v BETWEEN <year 1> AND <year 9999> THEN v END``, or a constant."""
     while isinstance(node, exp.Paren):
         node = node.this
-    if _constant(node) or (isinstance(node, exp.Cast) and _constant(node.this)):
+    literal = node.this if isinstance(node, exp.Cast) else node
+    if isinstance(literal, exp.Null):
         return True
+    if isinstance(literal, exp.Literal):
+        # a date literal in years 1..9999; not 'infinity', which a difference refuses
+        return literal.is_string and _iso_date(literal.this, infinite=False)
     bounds = node if isinstance(node, exp.Nullif) else None
     if bounds is not None and isinstance(node.this, exp.Nullif):
         inner = node.this.this
