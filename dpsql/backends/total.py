@@ -59,9 +59,6 @@ UNWRAPPABLE = (exp.AggFunc, exp.Window, exp.Select, exp.Subquery, exp.WithinGrou
 #: BOOLEAN.
 COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
                exp.NullSafeNEQ, exp.Between, exp.In)
-#: Operations whose operands are used as conditions (converted to BOOLEAN).
-CONDITIONS = (exp.And, exp.Or, exp.Xor, exp.Not)
-
 
 # -- types ----------------------------------------------------------------------------------
 

@@ -52,6 +52,7 @@ from dpsql.backends.dialects import (
     TIMESTAMP,
     Failures,
 )
+from dpsql.backends.total import _name
 from dpsql.errors import BackendError, UnsupportedQueryError
 
 #: A number of unknown kind (a catalog ``float`` column may be INT, DECIMAL or DOUBLE).
@@ -931,14 +932,6 @@ def node_failure(node: exp.Expression, typer: Typer, failures: Failures) -> str 
             return None
         return f"function {name}() is not known to be error-free on {f.name}"
     return f"{_name(node)} is not known to be error-free"
-
-
-def _name(node: exp.Expression) -> str:
-    if isinstance(node, exp.Anonymous):
-        return str(node.this).upper()
-    if isinstance(node, exp.Func):
-        return node.sql_name()
-    return type(node).__name__.upper()
 
 
 def _domain_guarded(node: exp.Expression) -> bool:
