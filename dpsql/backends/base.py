@@ -118,9 +118,11 @@ class Backend(ABC):
         from dpsql.output_check import check_sql
 
         # the output language first: nothing of a query reaches the engine, not even a
-        # probe that binds over no data, before its tree is known to be dpsql's own
-        check_sql(original.sql(dialect=self.dialect), original, self.dialect,
-                  tables=self.catalog_tables, names=self.catalog_names)
+        # probe that binds over no data, before its tree is known to be dpsql's own (an
+        # engine that binds no types gets no probe: its check is the one at the end)
+        if self.reports_types:
+            check_sql(original.sql(dialect=self.dialect), original, self.dialect,
+                      tables=self.catalog_tables, names=self.catalog_names)
         expression = original.copy()
         if self.pre_transforms:
             from dpsql.backends import dialects
@@ -128,8 +130,7 @@ class Backend(ABC):
             ctx = dialects.context(expression, self.columns, self.dialect,
                                    **self.dialect_options())
             expression = dialects.apply(expression, self.pre_transforms, ctx)
-        types = total.expression_types(expression, self.columns, self._probe_types,
-                                       self.dialect)
+        types = self._types(expression)
         total.place_guards(expression, self.allow, types, _refusal)
         if self.transforms:
             from dpsql.backends import dialects
@@ -137,14 +138,23 @@ class Backend(ABC):
             ctx = dialects.context(expression, self.columns, self.dialect,
                                    **self.dialect_options())
             expression = dialects.apply(expression, self.transforms, ctx)
-            types = total.expression_types(expression, self.columns, self._probe_types,
-                                           self.dialect)
+            types = self._types(expression)
         total.check_total(expression, self.allow, types)
         sql = expression.sql(dialect=self.dialect)
         check_sql(sql, expression, self.dialect, tables=self.catalog_tables,
                   names=self.catalog_names)
         self._last_sql = (original, sql)
         return sql
+
+    def _types(self, expression: exp.Expression):
+        """The engine's type of every node (:func:`dpsql.backends.total.expression_types`),
+        or :class:`~dpsql.backends.total.Untyped` where the engine binds no types."""
+        from dpsql.backends import total
+
+        if not self.reports_types:
+            return total.Untyped()
+        return total.expression_types(expression, self.columns, self._probe_types,
+                                      self.dialect)
 
     def dialect_options(self) -> dict:
         """Facts about the connected engine the transforms need (e.g. its version)."""

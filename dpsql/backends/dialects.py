@@ -509,13 +509,15 @@ def sqlite_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """``SUM`` → ``TOTAL``: SQLite's SUM of integers raises on overflow; TOTAL is a float
     sum that never fails (exact for integers below 2^53), and 0.0 instead of NULL when
     there is nothing to add, which every statistic reads as 0 anyway."""
-    return _sums_as(expression, "TOTAL")
+    return _sums_as(expression, "TOTAL", distinct=True)
 
 
-def _sums_as(expression: exp.Expression, function: str) -> exp.Expression:
-    """Replaces every non-DISTINCT ``SUM(x)`` by ``function(x)``."""
+def _sums_as(expression: exp.Expression, function: str, distinct: bool = False
+             ) -> exp.Expression:
+    """Replaces every ``SUM(x)`` by ``function(x)`` (``SUM(DISTINCT x)`` too if
+    ``distinct``)."""
     def fix(node):
-        if isinstance(node.this, exp.Distinct):
+        if isinstance(node.this, exp.Distinct) and not distinct:
             return node
         return exp.Anonymous(this=function, expressions=[node.this])
     return _replace_all(expression, exp.Sum, fix)

@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 from sqlglot import exp
 
-from dpsql.backends import _boundary, dialects
+from dpsql.backends import _boundary, dialects, total
 from dpsql.backends._sqlalchemy import SQLAlchemyBackend
 from dpsql.errors import BackendError, QueryCancelled
 from dpsql.limits import Limits
@@ -314,3 +314,83 @@ def _quote(name: str) -> str:
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+# -- totality: SQLite's allow-list ------------------------------------------------------------
+#
+# SQLite is dynamically typed: after ``sqlite_typed_tables`` a column holds values of its
+# declared storage classes, but an expression has no type dpsql could ask for, so every
+# entry below is decided by the operation alone and must hold for values of EVERY storage
+# class (NULL, INTEGER, REAL, TEXT -- valid UTF-8 or not -- and BLOB). Measured on SQLite
+# 3.40 and exercised by the extreme-value fuzzer (``tests/privacy/totality.py``). What is
+# not listed is refused before the charge: SQLite has no guard (no TRY). Text that is not
+# UTF-8 never fails the fetch: dpsql's connection decodes with escapes (``decode_text``).
+
+_DPSQL_CASTS = {dialects.SQLITE_HASH.upper(): "BLOB", dialects.SQLITE_FMOD.upper(): "DOUBLE",
+                dialects.SQLITE_UTF8.upper(): "BLOB"}
+
+
+def _cast_to(node: exp.Expression, kind: str) -> bool:
+    return isinstance(node, exp.Cast) and node.to.is_type(kind)
+
+
+def _own_function(node: exp.Expression, types: total.Types) -> bool:
+    """dpsql's Python functions (``keyed_hash``, ``fmod``, ``utf8``) never raise on bytes
+    or floats, and each argument is cast to one of those first (a Python function given
+    text that is not UTF-8 fails before it is called); the hash's first argument is the
+    seed, a constant dpsql writes. SQLite's own TOTAL (a float sum: inf, never an error),
+    and STRFTIME/DATE/DATETIME (NULL for any value they cannot read)."""
+    name = str(node.this).upper()
+    args = node.expressions
+    if name in ("TOTAL", "STRFTIME", "DATE", "DATETIME"):
+        return True
+    kind = _DPSQL_CASTS.get(name)
+    if kind is None:
+        return False
+    if name == dialects.SQLITE_HASH.upper():
+        return bool(args) and isinstance(args[0], exp.Literal) and all(
+            _cast_to(a, kind) for a in args[1:])
+    return all(_cast_to(a, kind) for a in args)
+
+
+def _like(node: exp.Expression, types: total.Types) -> bool:
+    """A constant pattern of at most 1,000 characters: SQLite fails a LIKE only on a
+    pattern past 50,000 bytes or an ESCAPE that is not one character (never listed)."""
+    pattern = node.expression
+    return isinstance(pattern, exp.Literal) and pattern.is_string and \
+        len(pattern.this.encode()) <= 1000
+
+
+_E = total.Entry
+#: SQLite's operations that cannot fail, for values of every storage class.
+TOTAL = total.AllowList("SQLite", (
+    _E((*total.COMPARISONS, exp.Is), total.always,
+       "SQLite orders values of all storage classes and converts nothing that can fail"),
+    _E((exp.And, exp.Or, exp.Xor, exp.Not), total.always,
+       "any value is a truth value (converted to a number, never an error)"),
+    _E((exp.Case, exp.Coalesce, exp.Nullif, exp.If, exp.Max, exp.Min), total.always,
+       "chooses one of the values (scalar or aggregate MAX/MIN)"),
+    _E((exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg), total.always,
+       "integer overflow becomes REAL, a zero divisor NULL, text a number: never an error"),
+    _E((exp.Cast, exp.TryCast), total.always, "CAST in SQLite converts whatever it can and "
+                                              "gives 0, '' or NULL otherwise"),
+    _E((exp.Ceil, exp.Round, exp.Sqrt, exp.Ln, exp.Exp, exp.Pow, exp.Sign), total.always,
+       "SQLite's C math functions: NULL outside their domain, inf on overflow"),
+    _E((exp.DPipe, exp.Length, exp.Lower, exp.Upper, exp.Trim, exp.Substring,
+        exp.StrPosition, exp.Replace), total.always,
+       "text functions work on bytes of any class; at most as long as their inputs (a "
+       "REPLACE that could lengthen is refused before: dpsql.rewrite.guard_errors)"),
+    _E((exp.Like, exp.ILike), _like, _like.__doc__.split(":")[0]),
+    _E((exp.Count, exp.Avg), total.always,
+       "counts rows; AVG accumulates in floating point (SUM is written TOTAL)"),
+    _E((exp.RowNumber,), total.always, "numbers rows"),
+    _E((exp.Typeof,), total.always, "names a value's storage class"),
+    _E((exp.Anonymous,), _own_function, _own_function.__doc__.split(";")[0]),
+), guards=(), conditions_of_any_type=True)
+
+SQLiteBackend.allow = TOTAL
+#: All of SQLite's transforms run before the list is applied (nothing is typed: no probe
+#: needs DuckDB's spellings translated first). A ``TRY`` the rewrite wrote is dropped, and
+#: what it held is then checked against the list like anything else.
+SQLiteBackend.pre_transforms = dialects.SQLITE
+SQLiteBackend.transforms = ()

@@ -213,6 +213,9 @@ class AllowList:
     #: The type a SUM/AVG sums an argument as when the argument's own type is not
     #: listed (DuckDB: DOUBLE; PostgreSQL: NUMERIC).
     sum_as: str = "DOUBLE"
+    #: Whether the engine reads a value of any type as a condition without error
+    #: (SQLite converts any value to a number, and a number to a truth value).
+    conditions_of_any_type: bool = False
 
     @property
     def sum_as_type(self) -> str:
@@ -261,6 +264,16 @@ def conditions(node: exp.Expression) -> list[tuple[str, int | None]]:
     return []
 
 
+class Untyped(Types):
+    """The types of an engine that binds no types (SQLite: any column may hold a value
+    of any storage class, and an expression has no declared type). Every node is of
+    type ``ANY``; that engine's allow-list decides by operation alone, so each of its
+    entries must hold for values of every storage class."""
+
+    def __call__(self, node: exp.Expression | None) -> str | None:
+        return NULL if node is None else "ANY"
+
+
 # -- placement and check ----------------------------------------------------------------------
 
 
@@ -294,6 +307,8 @@ def place_guards(tree: exp.Expression, allow: AllowList, types: Types,
     window or a subquery) raises ``refuse(node, reason)``.
     """
     def condition(node: exp.Expression) -> None:
+        if allow.conditions_of_any_type:
+            return
         for key, _ in conditions(node):
             cond = node.args.get(key)
             if cond is None or types(cond) in ("BOOLEAN", NULL):
@@ -339,6 +354,9 @@ def place_guards(tree: exp.Expression, allow: AllowList, types: Types,
             types.set(guarded, types(divisor))
             types.set(zero, "INTEGER")
             node.set("expression", guarded)
+        if not allow.guards:
+            args = ", ".join(str(types(o) or "?") for o in operands(node))
+            raise refuse(node, f"{_name(node)}({args}) on {allow.engine}")
         if type(node) is exp.Cast:
             new = _wrap(node, lambda n: exp.TryCast(this=n.this, to=n.args["to"]))
             types.set(new, types(node))
@@ -369,7 +387,7 @@ def problems(tree: exp.Expression, allow: AllowList, types: Types) -> list[tuple
         return isinstance(parent, allow.guards) and not isinstance(parent, exp.TryCast)
 
     for node in tree.walk():
-        for key, _ in conditions(node):
+        for key, _ in conditions(node) if not allow.conditions_of_any_type else ():
             cond = node.args.get(key)
             if cond is not None and types(cond) not in ("BOOLEAN", NULL):
                 report(cond, f"a condition of type {types(cond) or 'unknown'}")
