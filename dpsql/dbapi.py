@@ -71,24 +71,20 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import math
 import numbers
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.dialects.duckdb import DuckDB
-from sqlglot.tokens import TokenType
 
 from dpsql import errors as _errors
+from dpsql import params as _params
 from dpsql.bigquery_options import lift_dp_options
 from dpsql.catalog import Catalog
 from dpsql.engine import Connection as _DpsqlConnection
-from dpsql.parse import parse as _parse
-from dpsql.parse import parse_statements
 from dpsql.result import Result
 
 #: PEP 249: the DB-API level supported.
@@ -144,6 +140,7 @@ class NotSupportedError(DatabaseError):
 
 #: dpsql error class → PEP 249 class; the nearest entry in an error's MRO applies.
 ERROR_MAP: dict[type[_errors.DpsqlError], type[Error]] = {
+    _errors.ParameterValueError: DataError,
     _errors.ParseError: ProgrammingError,
     _errors.UnsupportedQueryError: ProgrammingError,
     _errors.AnalysisError: ProgrammingError,
@@ -286,53 +283,11 @@ def _value_type_code(value: Any) -> str | None:
 # -- parameters -----------------------------------------------------------------------
 
 
-class _QmarkDuckDB(DuckDB):
-    """DuckDB's dialect, with the text position of each ``?`` kept on its node."""
-
-    class Parser(DuckDB.Parser):
-        PLACEHOLDER_PARSERS = {
-            **DuckDB.Parser.PLACEHOLDER_PARSERS,
-            TokenType.PLACEHOLDER:
-                lambda self: self.expression(exp.Placeholder()).update_positions(self._prev),
-        }
-
-    class Generator(DuckDB.Generator):
-        def withingroup_sql(self, expression: exp.WithinGroup) -> str:
-            # DuckDB's generator writes PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY x) as
-            # QUANTILE_CONT(x, q ORDER BY x), which dpsql does not read back: keep the
-            # standard spelling the analyst wrote
-            func = expression.this
-            if isinstance(func, exp.PercentileCont | exp.PercentileDisc) and not func.args.get(
-                    "expression"):
-                name = "PERCENTILE_CONT" if isinstance(func, exp.PercentileCont) else \
-                    "PERCENTILE_DISC"
-                order = self.sql(expression, "expression").lstrip()
-                return f"{name}({self.sql(func, 'this')}) WITHIN GROUP ({order})"
-            return super().withingroup_sql(expression)
-
-
-def _literal(value: Any, position: int) -> exp.Expression:
-    if value is None or isinstance(value, bool | str | datetime.date | datetime.time):
-        return exp.convert(value)
-    if isinstance(value, numbers.Integral):
-        return exp.convert(int(value))
-    if isinstance(value, decimal.Decimal | numbers.Real):
-        finite = value.is_finite() if isinstance(value, decimal.Decimal) else math.isfinite(value)
-        if not finite:
-            raise DataError(f"parameter {position}: {value!r} is not a finite number")
-        return exp.convert(value if isinstance(value, decimal.Decimal) else float(value))
-    raise ProgrammingError(
-        f"parameter {position}: values of type {type(value).__name__} cannot be bound; "
-        "use None, bool, int, float, Decimal, str, date, time or datetime"
-    )
-
-
 def bind_parameters(sql: str, parameters: Sequence[Any] | None) -> str:
     """Binds qmark parameters as SQL literals, through sqlglot's syntax tree.
 
-    Each ``?`` is replaced, in text order, by the literal of its value; the SQL is then
-    regenerated. Values never pass through string formatting, so quotes in a value
-    cannot end its literal.
+    :func:`dpsql.params.bind_parameters` (the one implementation, shared with
+    :meth:`dpsql.Connection.execute`), its errors raised as PEP 249's classes.
 
     Raises:
         ProgrammingError: wrong number of parameters, a mapping or string given as the
@@ -344,41 +299,10 @@ def bind_parameters(sql: str, parameters: Sequence[Any] | None) -> str:
     >>> bind_parameters("SELECT COUNT(*) FROM t WHERE a = ?", [])
     Traceback (most recent call last):
     ...
-    dpsql.dbapi.ProgrammingError: the query has 1 '?' placeholder but 0 parameters were given
+    dpsql.dbapi.ParameterError: the query has 1 '?' placeholder but 0 parameters were given
     """
-    if parameters is None:
-        parameters = ()
-    if isinstance(parameters, str | bytes | Mapping) or not isinstance(parameters, Sequence):
-        raise ProgrammingError(
-            f"parameters must be a sequence (paramstyle 'qmark'), not {type(parameters).__name__}"
-        )
-    if not parameters and "?" not in sql and "$" not in sql and ":" not in sql:
-        return sql
     with _translating():
-        _parse(sql)  # length, syntax and one statement, checked with dpsql's messages
-    try:
-        tree = parse_statements(sql, _QmarkDuckDB)[0]
-    except sqlglot.errors.SqlglotError as exc:
-        raise ProgrammingError(f"cannot parse SQL: {str(exc).splitlines()[0][:200]}") from None
-    holders = list(tree.find_all(exp.Placeholder, exp.Parameter))
-    named = [h for h in holders if not isinstance(h, exp.Placeholder) or h.this is not None]
-    if named:
-        raise ProgrammingError(
-            f"placeholder {named[0].sql(dialect='duckdb')!r}: only '?' parameters are "
-            "supported (paramstyle 'qmark')"
-        )
-    if len(holders) != len(parameters):
-        plural = "" if len(holders) == 1 else "s"
-        raise ProgrammingError(
-            f"the query has {len(holders)} '?' placeholder{plural} but {len(parameters)} "
-            "parameters were given"
-        )
-    if not holders:
-        return sql
-    holders.sort(key=lambda h: h.meta["start"])
-    for position, (holder, value) in enumerate(zip(holders, parameters, strict=True), 1):
-        holder.replace(_literal(value, position))
-    return tree.sql(dialect=_QmarkDuckDB)
+        return _params.bind_parameters(sql, parameters)
 
 
 # -- connection -----------------------------------------------------------------------

@@ -21,6 +21,7 @@ import getpass
 import logging
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from dpsql.errors import (
     CatalogError,
     DpsqlError,
     LedgerError,
+    ParameterError,
     PostprocessError,
     PrivacyParameterError,
     QueryCancelled,
@@ -55,6 +57,7 @@ from dpsql.keys import (
 from dpsql.ledger import ALL, BudgetView, Ledger
 from dpsql.noise import add_noise
 from dpsql.normalize import normalize
+from dpsql.params import bind_parameters, refuse_number
 from dpsql.parse import parse
 from dpsql.postprocess import check_postprocess, postprocess, stat_half_width
 from dpsql.result import Explanation, Result
@@ -268,6 +271,8 @@ class Connection:
     def execute(
         self,
         sql: str,
+        params: Sequence[Any] | None = None,
+        *,
         epsilon: float | None = None,
         delta: float | None = None,
         max_groups: int | None = None,
@@ -282,6 +287,11 @@ class Connection:
                 BigQuery's syntax, ``SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon
                 = 0.5, delta = 1e-6, max_groups_contributed = 2) ...``; those win over
                 the arguments.
+            params: values for the query's ``?`` placeholders, in order (a list or
+                tuple), bound as SQL literals through sqlglot's tree with the DB-API's
+                checks (:func:`dpsql.params.bind_parameters`). Every other argument is
+                keyword-only: a number here (``execute(sql, 0.5)``) is refused before
+                anything is charged, never taken as ε nor as a parameter.
             epsilon: the query's total epsilon, split across its noisy statistics.
             delta: the query's delta (default 0); needed (> 0) when group keys come from
                 the data or with Gaussian noise.
@@ -298,12 +308,16 @@ class Connection:
             raise DpsqlError("connection is closed")
         text = sql if isinstance(sql, str) else repr(sql)
         try:
+            refuse_number(params, "execute")
             alpha = self._check_alpha(alpha)
+            sql, options = _lift_and_bind(sql, params, self._catalog.limits)
+            if params is not None:
+                text = sql  # the ledger keeps what ran: the SQL with its literals
             probe = self._schema_probe(sql, text, alpha)
             if probe is not None:
                 return probe
-            sql, epsilon, delta, max_groups, max_rows = _options(
-                sql, epsilon, delta, max_groups, max_rows, self._catalog.limits)
+            epsilon, delta, max_groups, max_rows = _options(
+                options, epsilon, delta, max_groups, max_rows)
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
                                                       mechanism)
             # a query that cannot fit is refused before the engine binds it (fast); the
@@ -380,6 +394,8 @@ class Connection:
     def explain(
         self,
         sql: str,
+        params: Sequence[Any] | None = None,
+        *,
         epsilon: float | None = None,
         delta: float | None = None,
         max_groups: int | None = None,
@@ -396,11 +412,15 @@ class Connection:
         sensitivities, budget shares and noise; the cost and the rewritten SQL. It runs
         the same analysis as :meth:`execute` (same plan, split and threshold) and reads
         only public information: the catalog, the parameters and the database schema.
+        Its arguments are :meth:`execute`'s: ``params`` binds the ``?`` placeholders,
+        everything else is keyword-only.
         """
         try:
+            refuse_number(params, "explain")
             alpha = self._check_alpha(alpha)
-            sql, epsilon, delta, max_groups, max_rows = _options(
-                sql, epsilon, delta, max_groups, max_rows, self._catalog.limits)
+            sql, options = _lift_and_bind(sql, params, self._catalog.limits)
+            epsilon, delta, max_groups, max_rows = _options(
+                options, epsilon, delta, max_groups, max_rows)
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups,
                                                       max_rows, mechanism)
             sql_text = backend.to_sql(expression)
@@ -428,8 +448,10 @@ class Connection:
     def epsilon_for(
         self,
         sql: str,
-        half_width: float,
-        delta: float = 0.0,
+        params: Sequence[Any] | None = None,
+        *,
+        half_width: float | None = None,
+        delta: float | None = None,
         column: str | None = None,
         max_groups: int | None = None,
         max_rows: int | None = None,
@@ -440,13 +462,22 @@ class Connection:
 
         The inverse of :meth:`explain`: with ``column``, only the statistics behind that
         output column count (for an AVG, its noisy sum and count). Spends nothing.
+        Its arguments are :meth:`explain`'s: ``params`` binds the ``?`` placeholders;
+        ``half_width`` and everything else are keyword-only (a BigQuery ``OPTIONS``
+        clause may set delta and the contribution bounds; its epsilon is ignored).
 
         Raises:
             PrivacyParameterError: no ε up to 10⁶ reaches the target.
         """
-        if not half_width > 0:
-            raise PrivacyParameterError(f"half_width must be positive, got {half_width}")
+        refuse_number(params, "epsilon_for", "half_width")
+        if half_width is None:
+            raise PrivacyParameterError("epsilon_for needs the target: half_width=...")
+        if isinstance(half_width, bool) or not isinstance(half_width, int | float) or \
+                not half_width > 0:
+            raise PrivacyParameterError(f"half_width must be positive, got {half_width!r}")
         alpha = self._check_alpha(alpha)
+        sql, options = _lift_and_bind(sql, params, self._catalog.limits)
+        _, delta, max_groups, max_rows = _options(options, 1.0, delta, max_groups, max_rows)
 
         def worst(eps: float) -> float:
             try:
@@ -708,19 +739,37 @@ def _check_database_file(database: Any) -> None:
                            "database first (e.g. dpsql.datasets.load_pums(path))")
 
 
-def _options(sql, epsilon, delta, max_groups, max_rows, limits=None):
-    """Applies a BigQuery ``WITH DIFFERENTIAL_PRIVACY OPTIONS`` clause over the arguments."""
-    if isinstance(sql, str):
-        sql, options = lift_dp_options(sql, *([limits] if limits is not None else []))
-        epsilon = options.get("epsilon", epsilon)
-        delta = options.get("delta", delta)
-        max_groups = options.get("max_groups", max_groups)
-        max_rows = options.get("max_rows", max_rows)
+def _lift_and_bind(sql, params, limits) -> tuple[Any, dict]:
+    """Lifts a BigQuery ``WITH DIFFERENTIAL_PRIVACY OPTIONS`` clause, then binds ``?``.
+
+    The clause comes off first (sqlglot does not parse it), then the parameters are
+    bound into the rest (:func:`dpsql.params.bind_parameters`), as the DB-API does.
+    Without parameters and without a ``?`` in the text, nothing is parsed here.
+
+    Returns:
+        The SQL to answer and the options the clause set.
+    """
+    if not isinstance(sql, str):
+        if params is not None:
+            raise ParameterError("parameters need the SQL as a string")
+        return sql, {}
+    sql, options = lift_dp_options(sql, limits)
+    if params is not None or "?" in sql:
+        sql = bind_parameters(sql, params)
+    return sql, options
+
+
+def _options(options, epsilon, delta, max_groups, max_rows):
+    """The query's own ``OPTIONS`` clause (``options``) over the keyword arguments."""
+    epsilon = options.get("epsilon", epsilon)
+    delta = options.get("delta", delta)
+    max_groups = options.get("max_groups", max_groups)
+    max_rows = options.get("max_rows", max_rows)
     if epsilon is None:
         raise PrivacyParameterError(
             "no epsilon: pass epsilon=... or write SELECT WITH DIFFERENTIAL_PRIVACY "
             "OPTIONS (epsilon = ...)")
-    return sql, epsilon, 0.0 if delta is None else delta, max_groups, max_rows
+    return epsilon, 0.0 if delta is None else delta, max_groups, max_rows
 
 
 def _interrupted(exc: BaseException) -> bool:

@@ -45,6 +45,14 @@ class ParseError(DpsqlError):
         super().__init__(message)
 
 
+class ParameterError(ParseError):
+    """The query's ``?`` parameters do not fit it (count, type, named placeholders)."""
+
+
+class ParameterValueError(ParameterError, ValueError):
+    """A parameter's value cannot be a literal (a NaN or infinite number)."""
+
+
 class UnsupportedQueryError(DpsqlError):
     """The query uses a construct dpsql refuses (names the construct, says why)."""
 

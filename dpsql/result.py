@@ -4,6 +4,10 @@ Their text and HTML renderings escape control characters (:func:`dpsql.text.esca
 in column names, values, SQL and notes: an analyst's alias or a string key cannot move
 the cursor, erase a line or reorder text on the terminal that shows it. The values
 themselves (``rows``, ``df``, ``arrow``) are left as they are.
+
+:class:`Result` also answers DuckDB's method names: ``fetchall()`` (the rows),
+``fetchdf()`` (pandas), ``pl()`` (polars) and ``fetch_arrow_table()`` (pyarrow); the
+three table forms carry the error columns of ``df`` unless ``error_columns=False``.
 """
 
 from __future__ import annotations
@@ -261,31 +265,80 @@ class Result:
         ``<name>_error`` (the half-width of its ``1 − alpha`` interval) where it has an
         error bar, and a last column ``confidence`` (``1 − alpha``). Values are not
         rounded. ``df.attrs`` holds ``epsilon``, ``delta`` and ``confidence``.
+
+        A property, as it always was: DuckDB's method spelling is :meth:`fetchdf`
+        (``res.df()`` fails with pandas' "'DataFrame' object is not callable"). The
+        value is a plain ``pandas.DataFrame`` on purpose: a subclass whose call says
+        "a property" (or returns itself) would fail ``assert_frame_equal(expected,
+        res.df)``, tools that test for the exact type (Streamlit's ``st.write``), and
+        would lose ``attrs`` when pickled.
+        """
+        return self.fetchdf()
+
+    def fetchdf(self, error_columns: bool = True):
+        """The answer as a pandas DataFrame (DuckDB's method name); see :attr:`df`.
+
+        Args:
+            error_columns: keep each ``<name>_error`` column and ``confidence`` (as
+                :attr:`df` does); False: the output columns only, values as in
+                :attr:`rows`.
         """
         import pandas as pd
 
-        columns, rows = self.error_table()
+        columns, rows = self._table(error_columns)
         frame = pd.DataFrame.from_records(rows, columns=columns)
         frame.attrs.update(epsilon=float(self.cost[0]), delta=float(self.cost[1]),
                            confidence=self.confidence)
         return frame
 
+    def fetchall(self) -> list[tuple]:
+        """The rows, one tuple per released group (DuckDB's and the DB-API's method name).
+
+        The same tuples as :attr:`rows`, values only; the error bars are in
+        :attr:`accuracy` (or as columns in :meth:`fetchdf`, :meth:`pl`,
+        :meth:`fetch_arrow_table`).
+        """
+        return list(self.rows)
+
     @property
     def arrow(self):
-        """The rows as a pyarrow Table (columns as in ``columns``), values only.
+        """The answer as a pyarrow Table with the columns of :attr:`df` (error columns
+        included): ``res.fetch_arrow_table(error_columns=False)`` has the output columns
+        only. The schema metadata records the cost and confidence level
+        (``dpsql.epsilon``, ``dpsql.delta``, ``dpsql.confidence``).
+        """
+        return self.fetch_arrow_table()
 
-        The error bars are not columns of the table: they are in :attr:`accuracy` (and
-        :meth:`error_table`, :attr:`df`). The table's schema metadata records the cost
-        and confidence level (``dpsql.epsilon``, ``dpsql.delta``, ``dpsql.confidence``).
+    def fetch_arrow_table(self, error_columns: bool = True):
+        """The answer as a pyarrow Table (DuckDB's method name); see :attr:`arrow`.
+
+        Args:
+            error_columns: keep each ``<name>_error`` column and ``confidence`` (as
+                :attr:`df` does); False: the output columns only.
         """
         import pyarrow as pa
 
-        arrays = [_arrow_column([row[i] for row in self.rows])
-                  for i in range(len(self.columns))]
+        columns, rows = self._table(error_columns)
+        arrays = [_arrow_column([row[i] for row in rows]) for i in range(len(columns))]
         metadata = {"dpsql.epsilon": repr(float(self.cost[0])),
                     "dpsql.delta": repr(float(self.cost[1])),
-                    "dpsql.confidence": repr(1 - self.alpha)}
-        return pa.Table.from_arrays(arrays, names=list(self.columns), metadata=metadata)
+                    "dpsql.confidence": repr(self.confidence)}
+        return pa.Table.from_arrays(arrays, names=columns, metadata=metadata)
+
+    def pl(self, error_columns: bool = True):
+        """The answer as a polars DataFrame (DuckDB's method name), with the columns of
+        :attr:`df` (``error_columns=False``: the output columns only). Needs polars.
+        """
+        try:
+            import polars
+        except ImportError:
+            raise ImportError("Result.pl() needs polars: pip install polars") from None
+        return polars.from_arrow(self.fetch_arrow_table(error_columns))
+
+    def _table(self, error_columns: bool) -> tuple[list[str], list[tuple]]:
+        if error_columns:
+            return self.error_table()
+        return list(self.columns), [tuple(r) for r in self.rows]
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -16,6 +16,7 @@ through :func:`dpsql.text.escape`, so control characters show as visible escapes
 from __future__ import annotations
 
 import cmd
+import datetime
 import re
 import sys
 from pathlib import Path
@@ -58,6 +59,26 @@ def shell_spelling(message: str) -> str:
     'needs delta > 0 (e.g. .delta 1e-6)'
     """
     return _PYTHON_HINT.sub(lambda m: f"e.g. .{m[1]} {m[2]}", message)
+
+
+def bound_text(value) -> str:
+    """A catalog bound as the analyst wrote it: a number, or an ISO date or timestamp.
+
+    >>> import datetime
+    >>> bound_text(0), bound_text(1e7), bound_text(0.25), bound_text(datetime.date(2024, 1, 1))
+    ('0', '10000000', '0.25', '2024-01-01')
+    >>> bound_text(datetime.datetime(2024, 1, 1, 6, 30))
+    '2024-01-01 06:30:00'
+    """
+    if isinstance(value, datetime.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        value = int(value)  # 10000000, not 1e+07
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
 
 
 def default_history_path() -> Path:
@@ -256,7 +277,8 @@ class Shell(cmd.Cmd):
         """Catalog tables and columns."""
         for table in self.conn.catalog.tables.values():
             cols = ", ".join(
-                f"{c.name} {c.type}" + (f" [{c.lower:g}, {c.upper:g}]" if c.bounded else "")
+                f"{c.name} {c.type}"
+                + (f" [{bound_text(c.lower)}, {bound_text(c.upper)}]" if c.bounded else "")
                 for c in table.columns.values())
             self.stdout.write(escape(f"{table.name}: {cols}") + "\n")
 

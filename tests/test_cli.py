@@ -92,3 +92,47 @@ def test_query_charges_the_ledger_and_budget_commands(tmp_path):
     assert eve.returncode == 1 and "analyst 'eve'" in eve.stderr
     missing = run("budget", "show", "--ledger", str(tmp_path / "nope.sqlite"), check=False)
     assert missing.returncode == 2
+
+
+def test_messages_name_the_command_line_flags(tmp_path):
+    """A message shared with the Python API names keyword arguments; the command line
+    says its own flags instead (``--budget EPSILON DELTA``, not ``budget=(...)``)."""
+    db = tmp_path / "demo.duckdb"
+    run("demo", "--save", str(db))
+    catalog = tmp_path / "nobudget.yaml"
+    catalog.write_text(catalog_path("pums").read_text().replace("budget:", "# budget:"))
+    common = ["-d", str(db), "-c", str(catalog), "-e", "1", "--ledger",
+              str(tmp_path / "fresh.sqlite")]
+    proc = run("query", "SELECT COUNT(*) FROM pums", *common, check=False)
+    assert proc.returncode == 1
+    assert "--budget EPSILON DELTA" in proc.stderr and "budget=(" not in proc.stderr
+    proc = run("shell", *common, check=False)
+    assert proc.returncode == 1 and "--budget EPSILON DELTA" in proc.stderr
+    proc = run("query", "SELECT COUNT(*) FROM pums", *common, "--budget", "1", "0",
+               "--max-groups", "0", check=False)
+    assert "--max-groups must be a positive integer" in proc.stderr
+    proc = run("query", "SELECT age, COUNT(*) FROM pums GROUP BY age", *common,
+               "--budget", "1", "0", "--mechanism", "gaussian", check=False)
+    assert "(e.g. --delta 1e-6)" in proc.stderr
+
+
+def test_shell_tables_shows_date_bounds_as_dates(tmp_path):
+    import duckdb
+
+    db = tmp_path / "visits.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute("CREATE TABLE visits AS SELECT i AS pid, DATE '2024-01-01' + i::INT AS d, "
+                    "i % 7 AS cost FROM range(10) t(i)")
+    catalog = tmp_path / "visits.yaml"
+    catalog.write_text(
+        "dataset: visits\nbudget: {epsilon: 1, delta: 1e-6}\ntables:\n  visits:\n"
+        "    user_key: pid\n    columns:\n      pid: {type: int}\n"
+        "      d: {type: date, lower: 2024-01-01, upper: 2024-12-31}\n"
+        "      cost: {type: float, lower: 0, upper: 10000000}\n")
+    exe = shutil.which("dpsql")
+    cmd = [exe] if exe else [sys.executable, "-m", "dpsql.cli"]
+    proc = subprocess.run([*cmd, "shell", "-d", str(db), "-c", str(catalog)], input=".tables\n",
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "d date [2024-01-01, 2024-12-31]" in proc.stdout
+    assert "cost float [0, 10000000]" in proc.stdout

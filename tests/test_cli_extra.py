@@ -316,10 +316,12 @@ def conn(db):
 def test_result_arrow(conn):
     res = conn.execute("SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM pums "
                        "GROUP BY sex", epsilon=1.0)
-    table = res.arrow
+    table = res.fetch_arrow_table(error_columns=False)
     assert table.column_names == ["sex", "n", "avg_income"]
     assert table.num_rows == len(res.rows)
     assert [tuple(r.values()) for r in table.to_pylist()] == res.rows
+    # like Result.df, Result.arrow carries the error bars as columns
+    assert res.arrow.column_names == list(res.df.columns)
     assert str(table.schema.field("n").type) == "int64"
     meta = table.schema.metadata
     assert float(meta[b"dpsql.epsilon"]) == 1.0 and float(meta[b"dpsql.confidence"]) == 0.95

@@ -42,6 +42,8 @@ from dpsql.server.catalog_sql import SERVER_VERSION, ProbeDB, is_probe
 
 #: dpsql error class → SQLSTATE; the nearest class in an error's MRO applies.
 SQLSTATES: dict[type, str] = {
+    dperr.ParameterValueError: "22023",  # a NaN or infinite parameter
+    dperr.ParameterError: "42P02",       # parameters that do not fit the placeholders
     dperr.ParseError: "42601",
     dperr.UnknownTableError: "42P01",
     dperr.UnknownColumnError: "42703",
