@@ -361,6 +361,15 @@ def _like(node: exp.Expression, types: total.Types) -> bool:
         len(pattern.this.encode()) <= 1000
 
 
+def _shrinking_replace(node: exp.Expression, types: total.Types) -> bool:
+    """REPLACE of a constant by a constant no longer than it: no value can grow (SQLite
+    fails a result past its length limit, and a repeated REPLACE grows geometrically)."""
+    search, repl = node.expression, node.args.get("replacement")
+    if not all(isinstance(x, exp.Literal) and x.is_string for x in (search, repl)):
+        return False
+    return len(repl.this.encode()) <= len(search.this.encode()) <= 1000 and bool(search.this)
+
+
 _E = total.Entry
 #: SQLite's operations that cannot fail, for values of every storage class.
 TOTAL = total.AllowList("SQLite", (
@@ -377,9 +386,9 @@ TOTAL = total.AllowList("SQLite", (
     _E((exp.Ceil, exp.Round, exp.Sqrt, exp.Ln, exp.Exp, exp.Pow, exp.Sign), total.always,
        "SQLite's C math functions: NULL outside their domain, inf on overflow"),
     _E((exp.DPipe, exp.Length, exp.Lower, exp.Upper, exp.Trim, exp.Substring,
-        exp.StrPosition, exp.Replace), total.always,
-       "text functions work on bytes of any class; at most as long as their inputs (a "
-       "REPLACE that could lengthen is refused before: dpsql.rewrite.guard_errors)"),
+        exp.StrPosition), total.always,
+       "text functions work on bytes of any class; at most as long as their inputs"),
+    _E((exp.Replace,), _shrinking_replace, _shrinking_replace.__doc__.split(":")[0]),
     _E((exp.Like, exp.ILike), _like, _like.__doc__.split(":")[0]),
     _E((exp.Count, exp.Avg), total.always,
        "counts rows; AVG accumulates in floating point (SUM is written TOTAL)"),
