@@ -20,7 +20,8 @@ from dpsql.backends.sqlite import TOTAL, _connect_read_only, _Guard
 
 #: Values of every storage class at their extremes (``a``, ``b``, ``c`` range over them).
 VALUES = ["NULL", "(-9223372036854775807 - 1)", "9223372036854775807", "0", "-1",
-          "1.7976931348623157e308", "-0.0", "'abc'", "''", "'9223372036854775808'", "x'ff00'", "x''", "'2024-02-30'",
+          "1.7976931348623157e308", "-0.0", "'abc'", "''", "'9223372036854775808'", "x'ff00'",
+          "x''", "'2024-02-30'",
           "'-4713-11-24'", "CAST(x'ff61' AS TEXT)", "'%'", "'  1e999 '"]
 
 H, F, U = dialects.SQLITE_HASH, dialects.SQLITE_FMOD, dialects.SQLITE_UTF8
