@@ -10,8 +10,9 @@ Budget split: a query asked at ε spends exactly ε. With ``n`` noisy statistics
 when keys come from the data, one partition selection, each gets ``ε / (n + 1)`` (or
 ``ε / n``); partition selection gets all of δ. A bias check (``bias_check``, see
 :mod:`dpsql.bias`) is one more part: ``ε / (n + 2)`` (or ``ε / (n + 1)``) each. By
-basic composition the whole release is (ε, δ)-DP. A ``COUNT(DISTINCT <user key>)`` under partition selection reuses the
-selection's noisy user count, so it costs nothing extra.
+basic composition the whole release is (ε, δ)-DP. A ``COUNT(DISTINCT <user key>)``
+under partition selection reuses the selection's noisy user count, so it costs nothing
+extra.
 """
 
 from __future__ import annotations
