@@ -129,8 +129,13 @@ def bias_query(plan: Plan, expression: exp.Select) -> exp.Select | None:
         FROM (SELECT __uid, MAX(__raw_rows) AS __most, COUNT(*) AS __groups
               FROM __per_user GROUP BY __uid) AS __bias
 
-    None when the plan has no check to run.
+    None when the plan has no check to run (none asked, or a free one).
+
+    Raises:
+        UnsupportedQueryError: (before the charge) the rewritten query has no per-user
+            table to count, which a check that is not free always has.
     """
+    from dpsql.errors import UnsupportedQueryError
     from dpsql.rewrite._sql import number
     from dpsql.rewrite.per_user_aggregate import PER_USER, UID
 
@@ -139,8 +144,9 @@ def bias_query(plan: Plan, expression: exp.Select) -> exp.Select | None:
         return None
     with_ = expression.args.get("with_")
     ctes = [c for c in (with_.expressions if with_ else []) if c.alias == PER_USER]
-    if len(ctes) != 1:  # pragma: no cover - analyze asks for it only with a per-user step
-        return None
+    if len(ctes) != 1:  # not reached: a check that is not free has a per-user step
+        raise UnsupportedQueryError("bias_check: this query has no per-user step to "
+                                    "measure; nothing was charged")
     per_user = exp.select(exp.column(UID),
                           exp.alias_(exp.Max(this=exp.column(RAW_ROWS)), "__most"),
                           exp.alias_(exp.Count(this=exp.Star()), "__groups")
@@ -306,9 +312,10 @@ def capped_value_notes(plan: Plan) -> list[str]:
     values and their types are left as they are.
     """
     notes = []
-    used = {(c.table, c.name) for o in [*(k.expr for k in plan.keys),
-                                         *(c.aggregate for c in plan.cells)]
-            for c in o.find_all(exp.Column)}
+    read = [*(k.expr for k in plan.keys), *(c.aggregate for c in plan.cells)]
+    if plan.where is not None:  # WHERE n >= 10 also keeps the users with more
+        read.append(plan.where)
+    used = {(c.table, c.name) for o in read for c in o.find_all(exp.Column)}
     for source in plan.scope.sources:
         if source.derived is None:
             continue

@@ -347,8 +347,10 @@ class Connection:
             reason = self.budget.refusal(plan.charge)
             if reason is not None:
                 raise BudgetExhaustedError(reason)
-            expression, read = self._check(plan, expression, backend)
+            # from the rewritten query as built (before _check reads temporal keys as
+            # text): its __per_user CTE is the table the statistics read
             measure = bias_query(plan, expression)
+            expression, read = self._check(plan, expression, backend)
             if measure is not None:
                 backend.check(measure)  # binds it, reads nothing
         except DpsqlError as exc:
