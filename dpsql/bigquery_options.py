@@ -14,8 +14,11 @@ later in the query are never touched. Options are ``key = number`` pairs; the ke
 ``max_rows_contributed`` (dpsql's ``max_rows``), and dpsql's own ``error_columns``
 (``1`` or ``TRUE``: the DB-API, SQLAlchemy and every client over them return each
 noisy column's error bar as a column ``<name>_error`` and the level as ``confidence``;
-``0`` or ``FALSE``: they do not, whatever the connection says). Keys are
-case-insensitive.
+``0`` or ``FALSE``: they do not, whatever the connection says), ``intervals`` (a
+switch: each error bar's interval ends as columns ``<name>_low`` and ``<name>_high``
+after ``<name>_error``, in ``Result.df`` and through the DB-API) and ``bias_check`` (a
+switch: the answer also releases, with DP and a share of the query's ε, how many users
+the contribution bounds cut; see :mod:`dpsql.bias`). Keys are case-insensitive.
 
 >>> lift_dp_options("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, "
 ...                 "error_columns = TRUE) COUNT(*) FROM pums")[1]
@@ -50,10 +53,12 @@ OPTION_KEYS = {
     "max_groups_contributed": "max_groups",
     "max_rows_contributed": "max_rows",
     "error_columns": "error_columns",
+    "intervals": "intervals",
+    "bias_check": "bias_check",
 }
 
 #: Options that are switches: ``1``/``TRUE`` or ``0``/``FALSE`` (any case), nothing else.
-SWITCHES = frozenset({"error_columns"})
+SWITCHES = frozenset({"error_columns", "intervals", "bias_check"})
 _SWITCH_VALUES = {"1": True, "true": True, "0": False, "false": False}
 
 #: Longest ``WITH DIFFERENTIAL_PRIVACY OPTIONS (...)`` clause accepted (characters, from
@@ -82,7 +87,8 @@ def lift_dp_options(sql: str, limits: Limits = DEFAULT
         clause are kept so later line numbers still match the original text), and the
         options as ``Connection.execute`` keyword arguments (``epsilon``, ``delta``,
         ``max_groups``, ``max_rows``): an int for an integer literal, else a float;
-        and ``error_columns`` as a bool (read by :mod:`dpsql.dbapi`).
+        ``error_columns`` (read by :mod:`dpsql.dbapi`), ``intervals`` and
+        ``bias_check`` as bools.
 
     Raises:
         UnsupportedQueryError: an unknown option key (the message names it), or a text

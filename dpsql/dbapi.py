@@ -17,7 +17,11 @@ interval, and a last column ``confidence`` holds ``1 − alpha`` (0.95; only whe
 column has an error bar): the layout of
 :meth:`dpsql.Result.error_table`. :attr:`Cursor.description` describes them, so every
 client over this module (SQLAlchemy, pandas, polars, jupysql) shows them. Values are
-never rounded.
+never rounded. With ``connect(..., intervals=True)`` or ``OPTIONS (intervals = 1)``,
+each ``<name>_error`` is followed by ``<name>_low`` and ``<name>_high``, the ends of
+the interval (honest where bounds make it asymmetric, e.g. a count near 0); this
+implies the error columns. ``OPTIONS (bias_check = 1)`` runs the bias check of
+:mod:`dpsql.bias` (its result in ``cursor.result.bias`` and notes).
 
 >>> import duckdb
 >>> from dpsql import dbapi
@@ -321,6 +325,7 @@ def connect(
     max_groups: int | None = None,
     max_rows: int | None = None,
     error_columns: bool = False,
+    intervals: bool = False,
 ) -> Connection:
     """Opens a DB-API connection; the arguments are those of :func:`dpsql.connect` plus
     per-query defaults for its cursors.
@@ -337,6 +342,9 @@ def connect(
         error_columns: whether results carry each error bar as a column
             ``<name>_error`` and the level as ``confidence`` (see the module's
             docstring); a query's ``error_columns`` option overrides it.
+        intervals: whether results also carry each interval's ends as columns
+            ``<name>_low`` and ``<name>_high`` (with the error columns); a query's
+            ``intervals`` option overrides it.
 
     Raises:
         InterfaceError: the catalog is malformed (also a ``CatalogError``).
@@ -346,7 +354,7 @@ def connect(
     """
     return Connection(database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha,
                       epsilon=epsilon, delta=delta, max_groups=max_groups, max_rows=max_rows,
-                      error_columns=error_columns)
+                      error_columns=error_columns, intervals=intervals)
 
 
 class Connection:
@@ -376,10 +384,10 @@ class Connection:
                  analyst: str | None = None, alpha: float = 0.05,
                  epsilon: float | None = None, delta: float = 0.0,
                  max_groups: int | None = None, max_rows: int | None = None,
-                 error_columns: bool = False):
-        if not isinstance(error_columns, bool):
-            raise ProgrammingError(
-                f"error_columns must be True or False, got {error_columns!r}")
+                 error_columns: bool = False, intervals: bool = False):
+        for name, flag in (("error_columns", error_columns), ("intervals", intervals)):
+            if not isinstance(flag, bool):
+                raise ProgrammingError(f"{name} must be True or False, got {flag!r}")
         with _translating():
             self._conn: _DpsqlConnection | None = _DpsqlConnection(
                 database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha)
@@ -388,6 +396,7 @@ class Connection:
         self.max_groups = max_groups
         self.max_rows = max_rows
         self.error_columns = error_columns
+        self.intervals = intervals
 
     def _open(self) -> _DpsqlConnection:
         if self._conn is None:
@@ -456,6 +465,9 @@ class Cursor:
             DIFFERENTIAL_PRIVACY OPTIONS`` clause overrides them for that query.
         error_columns: whether rows carry the error bars as columns (copied from the
             connection; a query's ``error_columns`` option overrides it).
+        intervals: whether rows also carry each interval's ends (``<name>_low``,
+            ``<name>_high``; copied from the connection; the ``intervals`` option
+            overrides it).
         arraysize: rows fetched by :meth:`fetchmany` by default (1).
         accuracy: after execute, per row the half-widths of the cells' confidence
             intervals (None for exact cells), as ``Result.accuracy``; parallel to the
@@ -472,6 +484,7 @@ class Cursor:
         self.max_groups = connection.max_groups
         self.max_rows = connection.max_rows
         self.error_columns = connection.error_columns
+        self.intervals = connection.intervals
         self.lastrowid = None
         self._closed = False
         self._reset()
@@ -527,12 +540,14 @@ class Cursor:
                 sql, epsilon=epsilon, delta=0.0 if delta is None else delta,
                 max_groups=options.get("max_groups", self.max_groups),
                 max_rows=options.get("max_rows", self.max_rows),
+                bias_check=options.get("bias_check", False),
             )
         self.result = result
         self.cost = result.cost
-        if options.get("error_columns", self.error_columns):
-            columns, rows = result.error_table()
-            layout = result.layout()
+        intervals = options.get("intervals", self.intervals)
+        if options.get("error_columns", self.error_columns) or intervals:
+            columns, rows = result.error_table(intervals=intervals)
+            layout = result.layout(intervals=intervals)
             self.accuracy = [tuple(acc[what] if kind == "value" else None
                                    for kind, _, what in layout) for acc in result.accuracy]
         else:

@@ -31,6 +31,8 @@ from dpsql.accounting import Cost
 from dpsql.accuracy import predict_outputs, selection_note, selection_summary, statistic_feeds
 from dpsql.analyze import Plan, analyze
 from dpsql.backends import Backend, open_backend
+from dpsql.bias import bias_note, bias_query
+from dpsql.bias import release as release_bias
 from dpsql.bigquery_options import lift_dp_options
 from dpsql.catalog import Catalog, Table, load_catalog
 from dpsql.errors import (
@@ -87,6 +89,7 @@ def connect(
     analyst: str | None = None,
     alpha: float = 0.05,
     mechanism: str = "laplace",
+    intervals: bool = False,
 ) -> Connection:
     """Opens a private connection.
 
@@ -115,6 +118,9 @@ def connect(
         alpha: error bars are ``1 − alpha`` confidence intervals (default 95%).
         mechanism: default noise, ``"laplace"`` (ε-DP per statistic) or ``"gaussian"``
             (zCDP; cheaper for queries with many aggregates; needs δ > 0).
+        intervals: whether results show each error bar's interval ends as columns
+            ``<name>_low`` and ``<name>_high`` (``Result.df``); a query's ``OPTIONS
+            (intervals = 0|1)`` overrides it.
 
     Raises:
         CatalogError: the catalog is malformed.
@@ -127,7 +133,7 @@ def connect(
             real numbers: finite, not bool or text, ε > 0, 0 ≤ δ < 1).
     """
     return Connection(database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha,
-                      mechanism=mechanism)
+                      mechanism=mechanism, intervals=intervals)
 
 
 def default_ledger_path(database: Any) -> Path:
@@ -173,7 +179,7 @@ class Connection:
 
     def __init__(self, database: Any, catalog: Any = None, budget=None, *, ledger=None,
                  analyst: str | None = None, alpha: float = 0.05,
-                 mechanism: str = "laplace"):
+                 mechanism: str = "laplace", intervals: bool = False):
         from dpsql.ledger import (
             apply_database_pin,
             apply_pins,
@@ -203,8 +209,11 @@ class Connection:
         if mechanism not in ("laplace", "gaussian"):
             raise PrivacyParameterError(
                 f"mechanism must be 'laplace' or 'gaussian', got {mechanism!r}")
+        if not isinstance(intervals, bool):
+            raise PrivacyParameterError(f"intervals must be True or False, got {intervals!r}")
         self._alpha = alpha
         self._mechanism = mechanism
+        self._intervals = intervals
         self._analyst = analyst or _os_user()
         check_analyst(self._analyst)
         self._dataset = self._catalog.dataset
@@ -279,6 +288,8 @@ class Connection:
         max_rows: int | None = None,
         mechanism: str | None = None,
         alpha: float | None = None,
+        intervals: bool | None = None,
+        bias_check: bool | None = None,
     ) -> Result:
         """Answers one aggregate query with (epsilon, delta)-DP and charges the budget.
 
@@ -299,6 +310,13 @@ class Connection:
             max_rows: override of the table's ``max_rows`` for this query.
             mechanism: ``"laplace"`` or ``"gaussian"`` (default: the connection's).
             alpha: error bars are ``1 − alpha`` intervals (default: the connection's).
+            intervals: show each interval's ends as columns ``<name>_low`` and
+                ``<name>_high`` in ``Result.df`` (default: the connection's; ``OPTIONS
+                (intervals = 1)`` wins).
+            bias_check: also release, with DP, the share of users the contribution
+                bounds cut (``OPTIONS (bias_check = 1)`` wins); it takes one share of
+                the query's ε (:mod:`dpsql.bias`) and is reported in ``Result.bias``
+                and a note.
 
         Raises:
             DpsqlError subclasses; only :class:`~dpsql.errors.BackendError` comes after
@@ -318,14 +336,23 @@ class Connection:
                 return probe
             epsilon, delta, max_groups, max_rows = _options(
                 options, epsilon, delta, max_groups, max_rows)
+            intervals = options.get("intervals", intervals)
+            bias_check = _switch(options.get("bias_check", bias_check), "bias_check")
+            intervals = _switch(self._intervals if intervals is None else intervals,
+                                "intervals")
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
-                                                      mechanism)
+                                                      mechanism, bias_check)
             # a query that cannot fit is refused before the engine binds it (fast); the
             # charge below still decides atomically
             reason = self.budget.refusal(plan.charge)
             if reason is not None:
                 raise BudgetExhaustedError(reason)
+            # from the rewritten query as built (before _check reads temporal keys as
+            # text): its __per_user CTE is the table the statistics read
+            measure = bias_query(plan, expression)
             expression, read = self._check(plan, expression, backend)
+            if measure is not None:
+                backend.check(measure)  # binds it, reads nothing
         except DpsqlError as exc:
             self._ledger.refuse(self._dataset, self._analyst, text,
                                 f"{type(exc).__name__}: {exc}")
@@ -353,10 +380,16 @@ class Connection:
                 columns, rows = [k.name for k in plan.keys], []
             noisy = add_noise(plan, columns, rows)
             answer = postprocess(plan, noisy, alpha)
-            notes = tuple(plan.notes)
+            notes = tuple(plan.notes) + _asymmetry_notes(answer)
             if plan.selection is not None:
                 # the number of released keys only: those below the threshold stay unsaid
                 notes = (selection_note(plan, len(noisy.keys), alpha), *notes)
+            measured = None
+            if plan.bias is not None:
+                bias_columns, bias_rows = (backend.execute(measure) if measure is not None
+                                           else (None, None))
+                measured = release_bias(plan, bias_columns, bias_rows, alpha)
+                notes = (*notes, bias_note(plan, measured, alpha))
         except QueryCancelled:
             self._ledger.finish(charge, "cancelled")
             raise
@@ -389,6 +422,8 @@ class Connection:
             notes=notes,
             intervals=answer.intervals,
             noisy=answer.noisy,
+            interval_columns=intervals,
+            bias=measured,
         )
 
     def explain(
@@ -402,6 +437,7 @@ class Connection:
         max_rows: int | None = None,
         mechanism: str | None = None,
         alpha: float | None = None,
+        bias_check: bool | None = None,
     ) -> Explanation:
         """Shows what a query would release and how accurately; spends nothing.
 
@@ -413,7 +449,9 @@ class Connection:
         the same analysis as :meth:`execute` (same plan, split and threshold) and reads
         only public information: the catalog, the parameters and the database schema.
         Its arguments are :meth:`execute`'s: ``params`` binds the ``?`` placeholders,
-        everything else is keyword-only.
+        everything else is keyword-only. With ``bias_check`` (or ``OPTIONS (bias_check =
+        1)`` in the SQL) it shows the share of the budget the bias check would take
+        (:mod:`dpsql.bias`).
         """
         try:
             refuse_number(params, "explain")
@@ -421,8 +459,9 @@ class Connection:
             sql, options = _lift_and_bind(sql, params, self._catalog.limits)
             epsilon, delta, max_groups, max_rows = _options(
                 options, epsilon, delta, max_groups, max_rows)
+            bias_check = _switch(options.get("bias_check", bias_check), "bias_check")
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups,
-                                                      max_rows, mechanism)
+                                                      max_rows, mechanism, bias_check)
             sql_text = backend.to_sql(expression)
             statistics = _split(plan, alpha)
             selection = selection_summary(plan, alpha)
@@ -442,7 +481,7 @@ class Connection:
             mechanism=plan.mechanism,
             rho=plan.rho,
             outputs=outputs,
-            notes=tuple(plan.notes),
+            notes=tuple(plan.notes) + _bias_cost_notes(plan),
         )
 
     def epsilon_for(
@@ -595,7 +634,8 @@ class Connection:
             raise PrivacyParameterError(f"alpha must be in (0, 1), got {alpha!r}")
         return float(alpha)
 
-    def _prepare(self, sql, epsilon, delta, max_groups, max_rows, mechanism=None):
+    def _prepare(self, sql, epsilon, delta, max_groups, max_rows, mechanism=None,
+                 bias_check=False):
         backend = self._backend
         if backend is None:
             raise DpsqlError("connection is closed")
@@ -610,7 +650,7 @@ class Connection:
         plan = analyze(select, self._catalog, epsilon, delta, max_groups, max_rows,
                        mechanism=mechanism or self._mechanism,
                        unique=lambda t, c: self._catalog.has_table(t)
-                       and (c,) in self._unique(backend, t))
+                       and (c,) in self._unique(backend, t), bias_check=bias_check)
         for source in plan.scope.sources:
             for table in source.reads if source.derived is not None else [source.table]:
                 self._check_schema(table, backend)
@@ -770,6 +810,59 @@ def _options(options, epsilon, delta, max_groups, max_rows):
             "no epsilon: pass epsilon=... or write SELECT WITH DIFFERENTIAL_PRIVACY "
             "OPTIONS (epsilon = ...)")
     return epsilon, 0.0 if delta is None else delta, max_groups, max_rows
+
+
+def _switch(value, name: str) -> bool:
+    """A yes/no parameter: None is no; anything but a bool is refused (before the charge)."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise PrivacyParameterError(f"{name} must be True or False, got {type(value).__name__}")
+    return value
+
+
+def _asymmetry_notes(answer) -> tuple[str, ...]:
+    """A note per column whose interval is not ``value ± half-width`` in some row.
+
+    Reads the released values and their intervals only (post-processing). Public
+    bounds cut an interval (a count near 0, a sum of a column bounded at 0), interval
+    arithmetic makes an AVG's asymmetric: the half-width is then the larger side, which
+    overstates the other one, and the note points to the interval's ends.
+    """
+    notes = []
+    for i, name in enumerate(answer.columns):
+        for row, bars, ends in zip(answer.rows, answer.accuracy, answer.intervals,
+                                   strict=True):
+            value, width, interval = row[i], bars[i], ends[i]
+            if width is None or interval is None or not isinstance(value, int | float):
+                continue
+            low, high = interval
+            if not (math.isfinite(width) and math.isfinite(low) and math.isfinite(high)):
+                continue
+            if min(value - low, high - value) < width * (1 - 1e-9):
+                notes.append(
+                    f"{name}: its interval is not symmetric in some rows (bounds cut it, "
+                    f"e.g. at 0), so {name}_error (the larger side) overstates the other "
+                    f"side; the interval's ends are in Result.intervals, or as columns "
+                    f"{name}_low and {name}_high with OPTIONS (intervals = 1)")
+                break
+    return tuple(notes)
+
+
+def _bias_cost_notes(plan: Plan) -> tuple[str, ...]:
+    """What the bias check would cost, for ``explain`` (from the plan only)."""
+    check = plan.bias
+    if check is None:
+        return ()
+    if check.free:
+        return ("bias check: each user has at most one row here, so nothing is cut and "
+                "the check costs nothing",)
+    share = (f"rho = {check.rho:.4g}" if check.rho is not None
+             else f"epsilon = {check.epsilon:.4g}")
+    return (f"bias check: takes one share of the split ({share}) for {len(check.columns)} "
+            f"noisy user counts ({_mechanism_name(check)}, scale "
+            f"{check.mechanism.scale:.4g} each): users, users over max_rows"
+            + (", users over max_groups" if check.groups else ""),)
 
 
 def _interrupted(exc: BaseException) -> bool:

@@ -149,7 +149,45 @@ def cell_values(plan: Plan, noisy: NoisyGroups) -> dict[str, list]:
         else:
             total, count = (noisy.stats[s] for s in cell.stats)
             out[cell.name] = [_avg(cell, s, n) for s, n in zip(total, count, strict=True)]
+    _order_quantiles(plan, out)
     return out
+
+
+def _order_quantiles(plan: Plan, values: dict[str, list]) -> None:
+    """MIN <= quantiles <= MAX for the quantiles read off one histogram, in every group.
+
+    Each quantile is estimated on its own (MIN and MAX ignore bins below the noise
+    level, the others do not), so the estimates of one histogram can come out of order
+    (a MIN above the MEDIAN). The true quantiles of the group are ordered by ``q``, so
+    the estimates are *rearranged*: sorted and given back in the order of their ``q``
+    (Chernozhukov, Fernández-Val and Galichon 2010: for any non-decreasing target,
+    sorting never moves the vector of estimates further from it, in any Lp norm).
+
+    Why it is free: it reads the released estimates of one noisy histogram only (and
+    each cell's ``q``, from the query), so it is post-processing: no extra budget, no
+    new statistic. Each cell's interval is later widened, if needed, to hold its new
+    value (:func:`_cell_interval`): an interval that held the true quantile still
+    does, so coverage is kept cell by cell.
+
+    Over whole numbers MIN and MAX stay whole: a MIN that takes a fractional value
+    goes down to the whole number below it, a MAX up to the one above, which keeps the
+    order and stays within the bounds (they are whole numbers there).
+    """
+    by_stat: dict[str, list[Cell]] = {}
+    for cell in plan.cells:
+        if cell.kind == "quantile":
+            by_stat.setdefault(cell.stats[0], []).append(cell)
+    for name, cells in by_stat.items():
+        if len(cells) < 2:
+            continue
+        bins = plan.stat(name).bins
+        cells = sorted(cells, key=lambda c: c.quantile)  # stable: equal q keep their order
+        for row, group in enumerate(zip(*(values[c.name] for c in cells), strict=True)):
+            for cell, value in zip(cells, sorted(group), strict=True):
+                if bins.integer and cell.quantile in (0.0, 1.0) and math.isfinite(value):
+                    value = bins.clip(math.floor(value) if cell.quantile == 0.0
+                                      else math.ceil(value))
+                values[cell.name][row] = value
 
 
 def _avg(cell: Cell, total: float, count: float) -> float:

@@ -121,26 +121,33 @@ def _arrow_column(values: list):
 
 #: Suffix of the column holding an output's error bar (its half-width).
 ERROR_SUFFIX = "_error"
+#: Suffixes of the columns holding the ends of an output's interval (``intervals``).
+LOW_SUFFIX, HIGH_SUFFIX = "_low", "_high"
 #: Name of the column holding the confidence level (``1 − alpha``, e.g. 0.95).
 LEVEL_COLUMN = "confidence"
 
 
 def error_layout(columns: list[str], noisy: list[bool],
-                 extra: tuple[str, ...] = (LEVEL_COLUMN,)) -> list[tuple[str, str, Any]]:
+                 extra: tuple[str, ...] = (LEVEL_COLUMN,),
+                 intervals: bool = False) -> list[tuple[str, str, Any]]:
     """Where the error columns go and what they are called.
 
-    Each output column that carries an error bar is followed by ``<name>_error``; the
-    ``extra`` columns (the level, and for CSV the cost) come last. A name already taken
+    Each output column that carries an error bar is followed by ``<name>_error``, and
+    with ``intervals`` by ``<name>_low`` and ``<name>_high``, the ends of its interval;
+    the ``extra`` columns (the level, and for CSV the cost) come last. A name already taken
     by an output column or an earlier error column, compared case-insensitively (SQL
     clients often fold case), gets ``_2``, ``_3``, ... appended; outputs are taken in
     order, so the names depend only on the column names.
 
     Returns:
         ``(kind, name, what)`` per column: ``("value", name, i)`` for output ``i``,
-        ``("error", name, i)`` for its half-width, ``("extra", name, key)``.
+        ``("error", name, i)`` for its half-width, ``("low", name, i)`` and
+        ``("high", name, i)`` for its interval's ends, ``("extra", name, key)``.
 
     >>> [n for _, n, _ in error_layout(["sex", "n", "n_error"], [False, True, True])]
     ['sex', 'n', 'n_error_2', 'n_error', 'n_error_error', 'confidence']
+    >>> [n for _, n, _ in error_layout(["sex", "n"], [False, True], intervals=True)]
+    ['sex', 'n', 'n_error', 'n_low', 'n_high', 'confidence']
     """
     taken = {c.casefold() for c in columns}
 
@@ -156,6 +163,9 @@ def error_layout(columns: list[str], noisy: list[bool],
         layout.append(("value", name, i))
         if noisy[i]:
             layout.append(("error", fresh(name + ERROR_SUFFIX), i))
+            if intervals:
+                layout.append(("low", fresh(name + LOW_SUFFIX), i))
+                layout.append(("high", fresh(name + HIGH_SUFFIX), i))
     layout += [("extra", fresh(key), key) for key in extra]
     return layout
 
@@ -184,6 +194,11 @@ class Result:
             was built without them: then ``value ± half-width``.
         noisy: per column whether it carries an error bar; empty: read off
             ``accuracy``.
+        interval_columns: whether :meth:`error_table` and :attr:`df` carry each
+            interval's ends as columns ``<name>_low`` and ``<name>_high`` by default
+            (``OPTIONS (intervals = 1)``, or ``connect(..., intervals=True)``).
+        bias: with ``OPTIONS (bias_check = 1)``, the bias check's noisy counts and
+            shares of users cut by the bounds (:func:`dpsql.bias.release`); else None.
     """
 
     columns: list[str]
@@ -196,6 +211,8 @@ class Result:
     notes: tuple[str, ...] = ()
     intervals: list[tuple] = field(default_factory=list)
     noisy: tuple[bool, ...] = ()
+    interval_columns: bool = False
+    bias: dict | None = None
 
     @property
     def confidence(self) -> float:
@@ -218,18 +235,23 @@ class Result:
             return None
         return (value - width, value + width)
 
-    def layout(self, cost: bool = False) -> list[tuple[str, str, Any]]:
+    def layout(self, cost: bool = False,
+               intervals: bool | None = None) -> list[tuple[str, str, Any]]:
         """The columns of :meth:`error_table` (see :func:`error_layout`).
 
         The level column comes only when some column carries an error bar (a schema
-        probe answered from the catalog gets none); the cost columns with ``cost``.
+        probe answered from the catalog gets none); the cost columns with ``cost``;
+        the interval columns with ``intervals`` (None: :attr:`interval_columns`).
         """
         noisy = self.noisy_columns
         extra = ((LEVEL_COLUMN,) if any(noisy) else ()) + (("epsilon", "delta") if cost
                                                           else ())
-        return error_layout(list(self.columns), noisy, extra)
+        if intervals is None:
+            intervals = self.interval_columns
+        return error_layout(list(self.columns), noisy, extra, intervals)
 
-    def error_table(self, cost: bool = False) -> tuple[list[str], list[tuple]]:
+    def error_table(self, cost: bool = False,
+                    intervals: bool | None = None) -> tuple[list[str], list[tuple]]:
         """The answer with its error bars as ordinary columns.
 
         Each output column with an error bar is followed by ``<name>_error``, the
@@ -237,24 +259,41 @@ class Result:
         the value is NULL or exact), and a last column ``confidence`` holds
         ``1 − alpha`` (0.95) when there is at least one such column. With ``cost``,
         two more columns ``epsilon`` and ``delta`` repeat the query's total cost on
-        every row. Names already used by an output
-        column get ``_2``, ``_3``, ... (:func:`error_layout`).
+        every row. With ``intervals`` (default: :attr:`interval_columns`), each
+        ``<name>_error`` is followed by ``<name>_low`` and ``<name>_high``, the ends
+        of the interval (:attr:`intervals`). They are the honest statement where the
+        interval is not symmetric: a sum of incomes bounded below by 0 released as
+        137,943 has the interval [0, 500,000], which the half-width alone (362,057)
+        overstates below. Names already used by an output column get ``_2``, ``_3``,
+        ... (:func:`error_layout`).
 
         Returns:
             ``(columns, rows)``.
 
-        >>> r = Result(["sex", "n"], [(0, 486), (1, 508)], [(None, 6), (None, 6)],
-        ...            (0.5, 0.0), "")
+        >>> r = Result(["sex", "n"], [(0, 486), (1, 2)], [(None, 6), (None, 6)],
+        ...            (0.5, 0.0), "", intervals=[(None, (480, 492)), (None, (0, 8))])
         >>> r.error_table()
-        (['sex', 'n', 'n_error', 'confidence'], [(0, 486, 6, 0.95), (1, 508, 6, 0.95)])
+        (['sex', 'n', 'n_error', 'confidence'], [(0, 486, 6, 0.95), (1, 2, 6, 0.95)])
+        >>> r.error_table(intervals=True)[1]
+        [(0, 486, 6, 480, 492, 0.95), (1, 2, 6, 0, 8, 0.95)]
         """
-        layout = self.layout(cost)
+        layout = self.layout(cost, intervals)
         consts = {LEVEL_COLUMN: self.confidence, "epsilon": float(self.cost[0]),
                   "delta": float(self.cost[1])}
         rows = []
-        for row, acc in zip(self.rows, self.accuracy, strict=True):
-            rows.append(tuple(row[what] if kind == "value" else acc[what] if kind == "error"
-                              else consts[what] for kind, _, what in layout))
+        for r, (row, acc) in enumerate(zip(self.rows, self.accuracy, strict=True)):
+            cells = []
+            for kind, _, what in layout:
+                if kind == "value":
+                    cells.append(row[what])
+                elif kind == "error":
+                    cells.append(acc[what])
+                elif kind in ("low", "high"):
+                    ends = self._interval(r, what)
+                    cells.append(None if ends is None else ends[kind == "high"])
+                else:
+                    cells.append(consts[what])
+            rows.append(tuple(cells))
         return [name for _, name, _ in layout], rows
 
     @property
@@ -263,8 +302,10 @@ class Result:
 
         The columns of :meth:`error_table`: each output column, followed by
         ``<name>_error`` (the half-width of its ``1 − alpha`` interval) where it has an
-        error bar, and a last column ``confidence`` (``1 − alpha``). Values are not
-        rounded. ``df.attrs`` holds ``epsilon``, ``delta`` and ``confidence``.
+        error bar (and ``<name>_low``, ``<name>_high``, the interval's ends, when the
+        query asked ``OPTIONS (intervals = 1)`` or the connection ``intervals=True``),
+        and a last column ``confidence`` (``1 − alpha``). Values are not rounded.
+        ``df.attrs`` holds ``epsilon``, ``delta`` and ``confidence``.
 
         A property, as it always was: DuckDB's method spelling is :meth:`fetchdf`
         (``res.df()`` fails with pandas' "'DataFrame' object is not callable"). The

@@ -10,7 +10,8 @@ URL::
 ``max_groups``, ``max_rows`` (the cursors' per-query defaults), ``ledger``,
 ``analyst``, ``alpha``, ``budget_epsilon`` / ``budget_delta`` (the ``budget=``
 cap), and ``error_columns=true`` (each error bar as a column ``<name>_error`` and the
-level as ``confidence``, see :mod:`dpsql.dbapi`; ``true``/``false``, ``1``/``0``).
+level as ``confidence``, see :mod:`dpsql.dbapi`; ``true``/``false``, ``1``/``0``), and
+``intervals=true`` (also each interval's ends, ``<name>_low`` and ``<name>_high``).
 Unknown keys are refused. Whoever writes the URL chooses these, so a service whose
 analysts write URLs pins the catalog, the database, the ledger and the analyst (see
 :mod:`dpsql.ledger`): a URL that names another (another database file is compared by
@@ -75,7 +76,7 @@ _FLOAT_KEYS = ("epsilon", "delta", "alpha")
 _INT_KEYS = ("max_groups", "max_rows")
 _STR_KEYS = ("catalog", "ledger", "analyst")
 _BUDGET_KEYS = ("budget_epsilon", "budget_delta")
-_BOOL_KEYS = ("error_columns",)
+_BOOL_KEYS = ("error_columns", "intervals")
 _BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 

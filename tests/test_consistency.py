@@ -191,3 +191,32 @@ def test_a_decimal_output_keeps_its_error_bar():
     assert float(value) == 150 and width == pytest.approx(1.5 * w)
     assert (low, high) == pytest.approx((1.5 * (100 - w), 1.5 * (100 + w)))
     assert _fmt(value, width, (low, high)).startswith("150")
+
+
+def test_min_quantiles_and_max_of_one_column_come_out_ordered():
+    # one noisy histogram of age: 5 in every bin (below MIN/MAX's noise level, so they
+    # ignore them) and 100 in the bin of ages 60-61. Read cell by cell, the p90 (87.5)
+    # lands above the MAX (61); rearranged, MIN <= MEDIAN <= p90 <= MAX
+    sql = ("SELECT MIN(age) AS lo, MEDIAN(age) AS med, QUANTILE_CONT(age, 0.9) AS p90, "
+           "MAX(age) AS hi FROM pums")
+    plan = _demo_plan(sql)
+    counts = [5] * plan.stats[0].bins.count
+    counts[30] = 100
+    _, ans = answer(sql, [[counts]])
+    assert ans.rows == [(60.0, 60.0, 61.0, 88.0)]  # MAX of whole ages stays whole
+    for value, (low, high) in zip(ans.rows[0], ans.intervals[0], strict=True):
+        assert low <= value <= high  # each interval holds its (moved) value
+    # the order of the select list does not matter, only each cell's quantile
+    _, ans = answer("SELECT MAX(age) AS hi, QUANTILE_CONT(age, 0.9) AS p90, MIN(age) AS lo "
+                    "FROM pums", [[counts]])
+    assert ans.rows == [(88.0, 61.0, 60.0)]
+
+
+def test_quantiles_of_different_columns_are_not_reordered_against_each_other():
+    plan = _demo_plan("SELECT MIN(income) AS a, MAX(age) AS b FROM pums")
+    hist = {s.name: [[0] * s.bins.count] for s in plan.stats}
+    income, age = plan.stats
+    hist[income.name][0][-1] = 1000  # everybody at the top income
+    hist[age.name][0][0] = 1000      # everybody at age 0-1
+    ans = postprocess(plan, NoisyGroups([()], {k: v for k, v in hist.items()}))
+    assert ans.rows[0][0] > ans.rows[0][1]

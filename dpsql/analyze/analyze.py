@@ -8,9 +8,11 @@ keys are released (public domain or partition selection), and splits the query's
 
 Budget split: a query asked at ε spends exactly ε. With ``n`` noisy statistics and,
 when keys come from the data, one partition selection, each gets ``ε / (n + 1)`` (or
-``ε / n``); partition selection gets all of δ. By basic composition the whole release
-is (ε, δ)-DP. A ``COUNT(DISTINCT <user key>)`` under partition selection reuses the
-selection's noisy user count, so it costs nothing extra.
+``ε / n``); partition selection gets all of δ. A bias check (``bias_check``, see
+:mod:`dpsql.bias`) is one more part: ``ε / (n + 2)`` (or ``ε / (n + 1)``) each. By
+basic composition the whole release is (ε, δ)-DP. A ``COUNT(DISTINCT <user key>)``
+under partition selection reuses the selection's noisy user count, so it costs nothing
+extra.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from dpsql.analyze.domains import (
 )
 from dpsql.analyze.plan import Cell, GroupKey, Output, Plan, Statistic
 from dpsql.analyze.scope import Scope, build_scope
+from dpsql.bias import BiasCheck, bound_notes, calibrate, capped_value_notes
 from dpsql.catalog import Catalog
 from dpsql.errors import (
     PrivacyParameterError,
@@ -83,6 +86,7 @@ def analyze(
     seed: int | None = None,
     mechanism: str = "laplace",
     unique: Callable[[str, str], bool] | None = None,
+    bias_check: bool = False,
 ) -> Plan:
     """Builds the plan of one validated SELECT.
 
@@ -99,6 +103,8 @@ def analyze(
             column unique (a PRIMARY KEY or UNIQUE constraint). When it does for the user
             key of a single-table query, each user has exactly one row; in joins it
             tells which group keys the user determines (:mod:`dpsql.analyze.determined`).
+        bias_check: also measure, with DP and one more share of the budget, how many
+            users the contribution bounds cut (:mod:`dpsql.bias`).
 
     Raises:
         UnknownTableError, UnknownColumnError, UnboundedExpressionError,
@@ -230,7 +236,13 @@ def analyze(
         s.mechanism = Constant()
         noised.remove(s)
     selecting = bool(keys) and not public
-    shares = len(noised) + (1 if selecting else 0)
+    bias = None
+    if bias_check:
+        # nothing to cut without a per-user step (each user one row): free, no share
+        bias = BiasCheck(groups=bound, free=table.row_privacy or bool(one_row)
+                         or scope.uid is None
+                         or (scope.single and scope.sources[0].per_user))
+    shares = len(noised) + (1 if selecting else 0) + (1 if bias and not bias.free else 0)
     rho_total = None
     if mechanism == "laplace":
         share = epsilon / shares if shares else 0.0
@@ -238,6 +250,8 @@ def analyze(
             s.epsilon = share
             s.mechanism = laplace(s.linf, G_eff, share, s.integer, s.width)
         selection_eps, selection_delta = share, delta
+        if bias is not None and not bias.free:
+            calibrate(bias, share, None)
     else:
         # δ is split between partition selection and the zCDP conversion; ρ is the
         # largest whose conversion at that δ stays within ε, shared equally; the
@@ -249,6 +263,8 @@ def analyze(
             s.rho = rho_share
             s.mechanism = gaussian(s.linf, G_eff, rho_share, s.integer, s.width)
         selection_eps = math.sqrt(2 * rho_share)
+        if bias is not None and not bias.free:
+            calibrate(bias, None, rho_share)
     if selecting:
         selection = LaplaceThreshold(selection_eps, selection_delta, G_eff)
         users.epsilon = selection_eps
@@ -278,6 +294,7 @@ def analyze(
         rho=rho_total,
         one_row_per_user=bool(one_row),
         groups=groups,
+        bias=bias,
     )
     _domain_notes(plan, scope, groups)
     if single_group and keys and not one_row and G > 1:
@@ -289,10 +306,7 @@ def analyze(
             "COUNT(DISTINCT) under partition selection is released only above the "
             f"threshold {selection.threshold}, so values near it are biased upward"
         )
-    if any(s.kind == "distinct" for s in stats) and not one_row:
-        plan.notes.append(
-            f"COUNT(DISTINCT) keeps at most {R} distinct value(s) per user and group; a "
-            "user with more adds only those, which biases the count down")
+    plan.notes += bound_notes(plan) + capped_value_notes(plan)
     if any(s.kind == "sum" for s in stats):
         plan.notes.append(
             "sums clamp each value to its bounds and each user's partial sum to "

@@ -160,6 +160,8 @@ class Plan:
     #: The public key combinations released when WHERE restricts them
     #: (:class:`~dpsql.analyze.domains.Combinations`); None: the whole product.
     groups: Combinations | None = None
+    #: The bias check (:class:`dpsql.bias.BiasCheck`), when the query asked for one.
+    bias: object | None = None
 
     @property
     def uid(self) -> exp.Column | None:
@@ -191,7 +193,8 @@ class Plan:
     @property
     def cost(self) -> tuple[float, float]:
         """The (epsilon, delta) this query spends; 0 when nothing is noised."""
-        if not self.stats and self.selection is None:
+        if not self.stats and self.selection is None and (
+                self.bias is None or self.bias.free):
             return (0.0, 0.0)
         return (self.epsilon, self.delta)
 

@@ -23,6 +23,7 @@ from sqlglot import exp
 from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import Interval
 from dpsql.analyze.plan import Plan
+from dpsql.bias import RAW_ROWS
 from dpsql.rewrite._sql import clamp, number
 from dpsql.rewrite.statistics_query import argument, bin_argument
 
@@ -132,6 +133,10 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
             partial = clamp(exp.Coalesce(this=agg, expressions=[number(0)]), low, high)
         inner = inner.select(exp.alias_(partial, name), copy=False)
         outer = outer.select(exp.alias_(exp.Sum(this=exp.column(name)), name), copy=False)
+    if plan.bias is not None and not plan.bias.free:
+        # the user's rows in the group before any cap, read only by the bias check's
+        # own query (dpsql.bias.bias_query); the statistics below never read it
+        inner = inner.select(exp.alias_(exp.Count(this=exp.Star()), RAW_ROWS), copy=False)
     inner.set("from_", expression.args["from_"].copy())
     for join in expression.args.get("joins") or []:
         inner.append("joins", join.copy())

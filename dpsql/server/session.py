@@ -400,11 +400,12 @@ class Session:
             static = [None] * len(names)
         oids = [pg.oid_of(t) if t else (pg.FLOAT8 if n else pg.TEXT)
                 for t, n in zip(static, noisy, strict=True)]
-        if not options.get("error_columns", self._bool("dpsql.error_columns")):
+        intervals = options.get("intervals", False)  # the DB-API's rule: implies errors
+        if not (options.get("error_columns", self._bool("dpsql.error_columns")) or intervals):
             return list(zip(names, oids, strict=True))
         extra = (LEVEL_COLUMN,) if any(noisy) else ()
         out = []
-        for kind, name, what in error_layout(names, noisy, extra):
+        for kind, name, what in error_layout(names, noisy, extra, intervals):
             out.append((name, oids[what] if kind == "value" else pg.FLOAT8))
         return out
 
