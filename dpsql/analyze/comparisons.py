@@ -324,6 +324,10 @@ def _refuse_member(node: exp.Expression, column: Column, literal: exp.Literal) -
         f"charged. The nearest public value{'s' if len(nearest) > 1 else ''}: {shown}")
 
 
+#: Most public values compared by spelling with a literal outside them.
+_MAX_SPELLING = 2000
+
+
 def _nearest(wanted, values: list) -> list:
     """Up to three public values closest to ``wanted`` (by spelling, or by distance).
 
@@ -337,6 +341,8 @@ def _nearest(wanted, values: list) -> list:
         folded = [v for v in texts if v.casefold() == wanted.casefold()]
         if folded:
             return folded[:3]
+        if len(texts) > _MAX_SPELLING or len(wanted) > 100:
+            return texts[:3]  # comparing spellings costs len² per value: bounded work
         by_fold = {v.casefold(): v for v in texts}
         close = difflib.get_close_matches(wanted.casefold(), list(by_fold), n=3, cutoff=0.5)
         return [by_fold[c] for c in close] or texts[:3]

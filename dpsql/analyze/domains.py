@@ -506,7 +506,14 @@ def _evaluate_part(members: list[int], conds: list[exp.Expression], exprs, domai
                 b is not None and b > limits.max_value_length for b in found.values()):
             return None
         per_row += _work_per_row(node, found)
+        for like in node.find_all(exp.Like, exp.ILike):
+            # matching with % and _ may try every position of the text for every
+            # character of the pattern: charged as their product, not their sum
+            per_row += (found.get(id(like.this)) or SCALAR_TEXT) * max(
+                len(like.expression.this), 1)
     work = OPEN_COST + combinations * per_row
+    if any(c.find(exp.Like) for c in renamed):
+        work *= 2  # evaluated twice, case-sensitive and not (below)
     if spent[0] + work > limits.max_domain_work:
         return None
     inner = exp.select(*select).from_("__in0")
@@ -522,7 +529,7 @@ def _evaluate_part(members: list[int], conds: list[exp.Expression], exprs, domai
         # combinations either reading keeps (NOT LIKE makes neither a superset)
         folded = query.copy().transform(
             lambda n: exp.ILike(**n.args) if isinstance(n, exp.Like) else n)
-        other = _evaluate(checked_sql(folded), tuple(tables), spent, work, whole=True)
+        other = _evaluate(checked_sql(folded), tuple(tables), spent, 0, whole=True)
         if other is None:
             return None
         rows = [*rows, *other]
