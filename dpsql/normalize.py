@@ -15,7 +15,8 @@ The passes, in order (:data:`PASSES`):
 * :func:`join_using` -- ``JOIN t USING (c)`` as ``JOIN t ON a.c = t.c``;
 * :func:`group_by_all` -- ``GROUP BY ALL`` as the positions it stands for;
 * :func:`aggregate_filter` -- ``AGG(x) FILTER (WHERE p)`` as ``AGG(CASE WHEN p THEN x END)``;
-* :func:`aggregate_spellings` -- ``VAR``, ``VARP``, ``STD``, ``STDEVP`` as VARIANCE/STDDEV.
+* :func:`aggregate_spellings` -- ``VAR``, ``VARP``, ``STD``, ``STDEVP`` as VARIANCE/STDDEV;
+* :func:`starts_with` -- ``starts_with(x, 'c')`` as ``x LIKE 'c%'``.
 
 (T-SQL's ``TOP n`` cannot be parsed in DuckDB's grammar; :mod:`dpsql.parse` reads it as
 ``LIMIT n``.)
@@ -396,7 +397,47 @@ def aggregate_spellings(expression: exp.Expression, catalog: Catalog) -> exp.Exp
     return expression.transform(rewrite)
 
 
+def starts_with(expression: exp.Expression, catalog: Catalog) -> exp.Expression:
+    """``starts_with(x, 'c')`` (and DuckDB's ``x ^@ 'c'``) as ``x LIKE 'c%'``.
+
+    Both are true exactly when ``x`` begins with the prefix, false when it does not,
+    and NULL when ``x`` is NULL, as long as the prefix has no character LIKE treats
+    specially: ``%`` and ``_`` (wildcards) and the backslash (PostgreSQL's and Spark's
+    default escape). Such a prefix, or one that is no constant text, is refused naming
+    what the analyst wrote: dpsql evaluates LIKE, which every backend has and whose
+    totality is established, and can restrict public-domain keys with it
+    (:func:`dpsql.analyze.domains.released_groups`).
+    """
+
+    def rewrite(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.StartsWith):
+            return node
+        prefix = node.expression
+        if not (isinstance(prefix, exp.Literal) and prefix.is_string):
+            raise UnsupportedQueryError(
+                f"{_shown(node)}: starts_with needs a constant text as its prefix; "
+                "nothing was charged")
+        if any(ch in prefix.this for ch in "%_\\"):
+            raise UnsupportedQueryError(
+                f"{_shown(node)}: a prefix with %, _ or a backslash is not supported (LIKE "
+                "would read them as wildcards); nothing was charged")
+        return exp.Like(this=node.this.copy(),
+                        expression=exp.Literal.string(prefix.this + "%"))
+
+    if not any(expression.find_all(exp.StartsWith)):
+        return expression
+    expression = expression.copy()
+    _keep_names(expression, lambda n: isinstance(n, exp.StartsWith))
+    return expression.transform(rewrite)
+
+
+def _shown(node: exp.Expression, limit: int = 60) -> str:
+    shown = node.sql(dialect="duckdb")
+    return shown if len(shown) <= limit else shown[:limit] + "..."
+
+
 #: The passes in the order they run.
 PASSES: tuple[Callable[[exp.Expression, Catalog], exp.Expression], ...] = (
     qualified_names, join_using, group_by_all, aggregate_filter, aggregate_spellings,
+    starts_with,
 )

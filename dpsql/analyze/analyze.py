@@ -196,6 +196,8 @@ def analyze(
             ordered.set("this", a.post_expr(ordered.this, keys, "ORDER BY", by_alias))
 
     public = all(k.domain is not None for k in keys)
+    if keys and not public:
+        _check_user_keys(keys, scope)
     # WHERE and INNER JOIN conditions over keys restrict the released combinations
     groups = _restrict_domains(a, keys, where, scope) if keys and public else None
     domain_size = len(groups) if groups is not None else math.prod(
@@ -595,8 +597,42 @@ def _restrict_domains(a: _Analysis, keys: list[GroupKey], where: exp.Expression 
     return groups
 
 
+def _check_user_keys(keys: list[GroupKey], scope: Scope) -> None:
+    """Refuses GROUP BY the user key when the keys must pass partition selection.
+
+    Every group of ``GROUP BY pid`` (or of ``pid`` with other keys) holds the rows of
+    one user, and partition selection releases a key only when its noisy count of
+    users clears a threshold above 1, so such a key appears with probability at most
+    δ: the query would be charged and release nothing. Refused before the charge.
+
+    **Privacy**: the decision reads the query (the key is a bare column) and the
+    catalog (which column is a table's user key, and that the keys have no public
+    domain), never the data. A user key with a public domain (an int column with
+    bounds) is not refused: its keys are released from the domain, each with noise.
+    """
+    for k in keys:
+        if not (isinstance(k.expr, exp.Column) and scope.is_uid(k.expr)):
+            continue
+        source = scope.source(k.expr.table) if k.expr.table else scope.sources[0]
+        hint = "Group by a column many users share"
+        if source.table.derived:
+            where = f"derived table {source.alias!r}"
+        else:
+            where = f"table {source.table.name!r}"
+            hint += (", or count per user in a derived table and group by the count, e.g. "
+                     f"SELECT n, COUNT(*) AS users FROM (SELECT {k.expr.name}, COUNT(*) AS n "
+                     f"FROM {source.table.name} GROUP BY {k.expr.name}) AS per_user "
+                     "GROUP BY n")
+        raise UnsupportedQueryError(
+            f"GROUP BY {k.expr.sql(dialect='duckdb')} groups by the user key of {where}: "
+            "every group holds one user's rows, and a group is released only when enough "
+            "users share its key (partition selection), so no group could be released; "
+            f"nothing was charged. {hint}")
+
+
 def _domain_notes(plan: Plan, scope: Scope, groups: Combinations | None) -> None:
-    """Notes on keys released from an int column's bounds, and on WHERE narrowing them."""
+    """Notes on keys released from an int or date column's bounds, and on WHERE narrowing
+    them."""
     for k in plan.keys:
         if k.domain is None or not isinstance(k.expr, exp.Column):
             continue
@@ -606,6 +642,11 @@ def _domain_notes(plan: Plan, scope: Scope, groups: Combinations | None) -> None
                 f"the keys of {k.expr.sql(dialect='duckdb')} are the whole numbers of its "
                 f"bounds [{col.lower}, {col.upper}] (a public domain, empty ones included); "
                 "rows outside them are left out")
+        if col.type == "date" and col.values is None and col.bounded:
+            plan.notes.append(
+                f"the keys of {k.expr.sql(dialect='duckdb')} are the days of its bounds "
+                f"[{col.lower}, {col.upper}] (a public domain, empty days included); rows "
+                "outside them are left out")
     if groups is not None:
         plan.notes.append(
             f"WHERE leaves {len(groups)} of the public key combinations, decided on the "

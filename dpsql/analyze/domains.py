@@ -8,7 +8,10 @@ appears, whatever the catalog claims. The rules, in order:
 
 * a bare column: its ``values`` list (or ``{false, true}`` for a bool), or, for an
   ``int`` column with ``lower`` and ``upper`` bounds and at most ``max_int_domain``
-  (default 5,000) whole numbers between them, those numbers;
+  (default 5,000) whole numbers between them, those numbers; for a ``date`` column
+  with ``lower`` and ``upper`` dates (at most ``max_domain_inputs`` days), its days,
+  the domain ``date_trunc('day', d)`` has too (the catalog's dates are as public as an
+  int column's bounds, so ``GROUP BY visit_date`` needs no partition selection);
 * ``CASE``/``IF`` whose every result is a literal: those literals (and NULL when a
   branch can be missing or NULL);
 * a part of a date with a fixed range (``MONTH``, ``QUARTER``, ``EXTRACT(DOW ...)``, ...):
@@ -69,6 +72,7 @@ import decimal
 import hashlib
 import itertools
 import math
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -119,7 +123,7 @@ def domain(expr: exp.Expression, lookup: Callable[[exp.Column], Column],
             ``limits.max_value_length`` (refused before anything is evaluated).
     """
     if isinstance(expr, exp.Column):
-        return column_values(lookup(expr), dates=False, limits=limits)
+        return column_values(lookup(expr), limits=limits)
     if isinstance(expr, exp.Case | exp.If):
         return _literal_results(expr)
     fixed = _fixed_part(expr)
@@ -271,9 +275,13 @@ def released_groups(keys: Sequence[tuple[exp.Expression, tuple]],
       whose every input column has a finite public domain (:func:`column_values`; such
       a key is computed from its inputs, as its image was);
     * every comparison is between operands of one kind (numbers, strings, booleans,
-      dates, timestamps; NULL goes with all), and strings are compared for equality
-      only, with no literal ending in a space: ordering strings depends on the
-      backend's collation, and ``CHAR(n)`` pads with spaces in PostgreSQL.
+      dates, timestamps; NULL goes with all; a strict ISO date string goes with
+      dates), with no string literal ending in a space (``CHAR(n)`` pads with spaces
+      in PostgreSQL);
+    * text is matched (``LIKE``, ``ILIKE``, ``LOWER``, ``UPPER``) only over ASCII, and
+      strings are ordered (``<``, ``BETWEEN``) only when all are lower-case or all
+      upper-case letters, where every backend and collation agree
+      (:func:`_key_condition` gives the reasons).
 
     These mean the same on DuckDB and on every backend, so evaluating them on the
     domains in a scratch DuckDB (:func:`dpsql.scratch.scratch`, with SQL's
@@ -498,7 +506,14 @@ def _evaluate_part(members: list[int], conds: list[exp.Expression], exprs, domai
                 b is not None and b > limits.max_value_length for b in found.values()):
             return None
         per_row += _work_per_row(node, found)
+        for like in node.find_all(exp.Like, exp.ILike):
+            # matching with % and _ may try every position of the text for every
+            # character of the pattern: charged as their product, not their sum
+            per_row += (found.get(id(like.this)) or SCALAR_TEXT) * max(
+                len(like.expression.this), 1)
     work = OPEN_COST + combinations * per_row
+    if any(c.find(exp.Like) for c in renamed):
+        work *= 2  # evaluated twice, case-sensitive and not (below)
     if spent[0] + work > limits.max_domain_work:
         return None
     inner = exp.select(*select).from_("__in0")
@@ -509,6 +524,15 @@ def _evaluate_part(members: list[int], conds: list[exp.Expression], exprs, domai
     rows = _evaluate(checked_sql(query), tuple(tables), spent, work, whole=True)
     if rows is None:
         return None
+    if any(c.find(exp.Like) for c in renamed):
+        # SQLite's LIKE ignores ASCII case, the other backends' does not: keep the
+        # combinations either reading keeps (NOT LIKE makes neither a superset)
+        folded = query.copy().transform(
+            lambda n: exp.ILike(**n.args) if isinstance(n, exp.Like) else n)
+        other = _evaluate(checked_sql(folded), tuple(tables), spent, 0, whole=True)
+        if other is None:
+            return None
+        rows = [*rows, *other]
     # each value as the domain holds it (1 and 1.0 are one key)
     canonical = {i: {v: v for v in domains[i]} for i in members}
     found_rows = set()
@@ -583,7 +607,29 @@ _EQUALITIES = (exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.NullSafeNEQ)
 
 def _key_condition(condition: exp.Expression, exprs, domains, inputs, readers
                    ) -> tuple[exp.Expression, set[int]] | None:
-    """``condition`` over key variables, and the keys it restricts; or None."""
+    """``condition`` over key variables, and the keys it restricts; or None.
+
+    Besides the comparisons of :func:`released_groups`, text is evaluated where every
+    backend gives it one meaning on the strings involved (the domains of the variables
+    and input columns the condition reads, and its literals):
+
+    * ``LIKE``/``ILIKE`` (and ``NOT LIKE``) with a constant pattern without backslash
+      (PostgreSQL's and Spark's default escape), ``LOWER``, ``UPPER``: only when every
+      string involved is ASCII. Case mapping of ASCII is the same everywhere (SQLite's
+      ``lower`` maps ASCII only). SQLite's ``LIKE`` ignores ASCII case, the others do
+      not: :func:`_evaluate_part` evaluates the condition both ways and keeps the
+      combinations that either reading keeps.
+    * ``<``, ``<=``, ``>``, ``>=``, ``BETWEEN`` over strings: only when every string
+      involved is lower-case ASCII letters, or every one upper-case ASCII letters (the
+      byte order, every ICU and glibc locale's order and ``NOCASE`` agree on those;
+      digits, spaces and punctuation are where collations differ).
+    * a string literal compared with a date is read as the date it writes when it is
+      a strict ISO date (``'2024-03-30'``), which every backend reads the same way.
+
+    Whatever is not evaluated leaves the condition unused, which releases more keys
+    (noisy empty groups), never fewer. Nothing here reads data: the decision and the
+    evaluation depend on the catalog's domains and the query text only.
+    """
 
     def substitute(node: exp.Expression) -> exp.Expression:
         for i, e in enumerate(exprs):
@@ -594,6 +640,8 @@ def _key_condition(condition: exp.Expression, exprs, domains, inputs, readers
     condition = condition.copy().transform(substitute)
     used: set[int] = set()
     kinds: dict[int, str | None] = {}
+    strings: list = []  # every string the condition can compare (domains, literals)
+    needs: set[str] = set()  # "ascii": LIKE or case mapping; "order": string ordering
 
     def kind_of(node: exp.Expression) -> str | None:
         if isinstance(node, exp.Paren):
@@ -604,24 +652,45 @@ def _key_condition(condition: exp.Expression, exprs, domains, inputs, readers
                 used.add(i)
                 if i not in kinds:
                     kinds[i] = _values_kind(domains[i])
+                    if kinds[i] == "str":
+                        strings.extend(domains[i])
                 return kinds[i]
             sql = node.sql()
             if sql not in readers:
                 return None  # not an input of a key computed from its inputs
             used.update(readers[sql])
+            if inputs[sql][2] == "str":
+                strings.extend(inputs[sql][1])
             return inputs[sql][2]
+        if isinstance(node, exp.Lower | exp.Upper):
+            if kind_of(node.this) != "str":
+                return None
+            needs.add("ascii")
+            return "str"
         if isinstance(node, exp.Predicate | exp.Connector | exp.Not):
             return _predicate(node)
-        return _literal_kind(node)
+        found = _literal_kind(node)
+        if found == "str":
+            strings.append(node.this)
+        return found
 
     def same(*operands: exp.Expression) -> str | None:
         found = [kind_of(o) for o in operands]
         if any(k is None for k in found):
             return None
         real = {k for k in found if k != "null"}
+        if real == {"date", "str"} and all(
+                k != "str" or _iso_date(o) for o, k in zip(operands, found, strict=True)):
+            return "date"  # '2024-03-30' against a date: that date on every backend
         if len(real) > 1:
             return None
         return real.pop() if real else "null"
+
+    def ordered(*operands: exp.Expression) -> bool:
+        k = same(*operands)
+        if k == "str":
+            needs.add("order")
+        return k is not None
 
     def _predicate(node: exp.Expression) -> str | None:
         if isinstance(node, exp.And | exp.Or):
@@ -632,13 +701,12 @@ def _key_condition(condition: exp.Expression, exprs, domains, inputs, readers
         if isinstance(node, _EQUALITIES):
             return "bool" if same(node.this, node.expression) else None
         if isinstance(node, _ORDERINGS):
-            k = same(node.this, node.expression)
-            return "bool" if k and k != "str" else None
+            return "bool" if ordered(node.this, node.expression) else None
         if isinstance(node, exp.Between):
             if node.args.get("symmetric"):
                 return None
-            k = same(node.this, node.args.get("low"), node.args.get("high"))
-            return "bool" if k and k != "str" else None
+            ok = ordered(node.this, node.args.get("low"), node.args.get("high"))
+            return "bool" if ok else None
         if isinstance(node, exp.In):
             if any(node.args.get(a) is not None for a in ("query", "unnest", "field")) \
                     or not node.expressions:
@@ -648,11 +716,43 @@ def _key_condition(condition: exp.Expression, exprs, domains, inputs, readers
             if not isinstance(node.expression, exp.Null):
                 return None
             return "bool" if kind_of(node.this) is not None else None
+        if isinstance(node, exp.Like | exp.ILike):
+            pattern = node.expression
+            if not (isinstance(pattern, exp.Literal) and _literal_kind(pattern) == "str"
+                    and "\\" not in pattern.this) or kind_of(node.this) != "str":
+                return None
+            strings.append(pattern.this)
+            needs.add("ascii")
+            return "bool"
         return None
 
     if kind_of(condition) != "bool" or not used:
         return None
+    texts = [v for v in strings if isinstance(v, str)]
+    if needs and not all(v.isascii() for v in texts):
+        return None
+    if "order" in needs and not (all(_LOWER.fullmatch(v) for v in texts)
+                                 or all(_UPPER.fullmatch(v) for v in texts)):
+        return None
     return condition, used
+
+
+#: Strings whose order every collation agrees on (see :func:`_key_condition`).
+_LOWER = re.compile("[a-z]*")
+_UPPER = re.compile("[A-Z]*")
+#: A date literal every backend reads as the same date.
+_ISO = re.compile("[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+def _iso_date(node: exp.Expression) -> bool:
+    """Whether ``node`` is a string literal that is a strict, valid ISO date."""
+    if not (isinstance(node, exp.Literal) and node.is_string and _ISO.fullmatch(node.this)):
+        return False
+    try:
+        datetime.date.fromisoformat(node.this)
+    except ValueError:
+        return False
+    return True
 
 
 #: Images already evaluated: (checked SQL, digest of the inputs) → values. The image is a

@@ -16,6 +16,8 @@ not what keeps a data-only key from being released (the noise stage is).
 
 from __future__ import annotations
 
+import datetime
+
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
@@ -64,7 +66,7 @@ MIN_RUN = 4
 
 
 def _runs(values: list) -> tuple[list, list[tuple[int, int]]]:
-    """Splits a domain into listed values and runs of consecutive whole numbers.
+    """Splits a domain into listed values and runs of consecutive whole numbers or days.
 
     A run ``lo..hi`` of Python ints becomes ``BETWEEN lo AND hi``: a bounded int column
     of thousands of keys stays one short condition (listing them costs about a second
@@ -77,13 +79,25 @@ def _runs(values: list) -> tuple[list, list[tuple[int, int]]]:
     ([7, 9, 10], [(1, 5)])
     >>> _runs([False, True, 2, 3])  # booleans are listed
     ([False, True, 2, 3], [])
+
+    Runs of consecutive days (a bounded date column, a public domain at day grain)
+    become ``BETWEEN`` too: a date column holds whole days only, so the range keeps the
+    same rows as the list. (Timestamps are listed.)
+
+    >>> import datetime
+    >>> _runs([datetime.date(2024, 2, 28) + datetime.timedelta(days=i) for i in range(4)])
+    ([], [(datetime.date(2024, 2, 28), datetime.date(2024, 3, 2))])
     """
-    if not values or any(type(v) is not int for v in values):
+    if values and all(type(v) is datetime.date for v in values):
+        step = datetime.timedelta(days=1)
+    elif values and all(type(v) is int for v in values):
+        step = 1
+    else:
         return values, []
     ordered = sorted(values)
     singles, runs, start = [], [], 0
     for i in range(1, len(ordered) + 1):
-        if i == len(ordered) or ordered[i] != ordered[i - 1] + 1:
+        if i == len(ordered) or ordered[i] != ordered[i - 1] + step:
             if i - start >= MIN_RUN:
                 runs.append((ordered[start], ordered[i - 1]))
             else:

@@ -33,6 +33,7 @@ from dpsql import (
     UnknownTableError,
     UnsupportedQueryError,
 )
+from dpsql.errors import AnalysisError
 
 U = UnsupportedQueryError
 P = ParseError
@@ -138,7 +139,14 @@ RAW_ROWS = [
     R("SELECT SUM(DISTINCT income) FROM pums", U, "DISTINCT"),
     R("SELECT COUNT(*) FROM pums HAVING age > 50", U, "GROUP BY"),
     R("SELECT income FROM pums GROUP BY income", PP, "partition selection", delta=0.0),
-    R("SELECT pid, COUNT(*) FROM pums GROUP BY pid", PP, "partition selection", delta=0.0),
+    # every group one user's: it could never be released, so it is refused for free
+    R("SELECT pid, COUNT(*) FROM pums GROUP BY pid", U, "user key", delta=0.0),
+    R("SELECT pid, COUNT(*) FROM pums GROUP BY pid", U, "user key"),
+    R("SELECT pid, COUNT(*) FROM pums_dup GROUP BY pid", U, "user key", epsilon=50.0,
+      delta=1e-3),
+    # a literal outside the public values can match no declared value
+    R("SELECT sex, COUNT(*) FROM pums WHERE sex = 7 GROUP BY sex", AnalysisError,
+      "public values"),
     R("SELECT SUM(pid) FROM pums", B, None),
 ]
 
@@ -806,8 +814,8 @@ SAFE = [
     S("SELECT COUNT(*) FROM (SELECT pid, COUNT(*) AS c FROM pums_dup GROUP BY pid) t "
       "WHERE c > 2"),
     S("SELECT SUM(x) FROM (SELECT pid, SUM(age) AS x FROM pums_dup GROUP BY pid) t"),
-    S("SELECT pid, COUNT(*) FROM (SELECT pid, COUNT(*) AS c FROM pums GROUP BY pid) t "
-      "GROUP BY pid", releases_nothing=True, delta=1e-12),
+    S("SELECT pid + 0 AS p, COUNT(*) FROM (SELECT pid, COUNT(*) AS c FROM pums GROUP BY "
+      "pid) t GROUP BY p", releases_nothing=True, delta=1e-12),
     S("SELECT c, COUNT(*) FROM (SELECT pid, income AS c FROM pums GROUP BY pid, income) t "
       "GROUP BY c"),
     S("SELECT STDDEV(income) FROM pums"),
@@ -852,11 +860,14 @@ SAFE = [
     S("SELECT race, SUM(income) FROM pums WHERE income > 400000 GROUP BY race", delta=0.0,
       expect_rows=6),
     # WHERE decides on the public domain alone: no key can satisfy it
-    S("SELECT sex, COUNT(*) FROM pums WHERE sex = 7 GROUP BY sex", expect_rows=0),
-    # group keys without a public domain: partition selection, nothing released
-    S("SELECT pid, COUNT(*) FROM pums GROUP BY pid", releases_nothing=True, delta=1e-12),
-    S("SELECT pid FROM pums GROUP BY pid", releases_nothing=True, delta=1e-12),
-    S("SELECT pid, SUM(income) FROM pums GROUP BY pid", releases_nothing=True, delta=1e-12),
+    S("SELECT sex, COUNT(*) FROM pums WHERE sex > 1 GROUP BY sex", expect_rows=0),
+    # group keys without a public domain: partition selection, nothing released (GROUP
+    # BY the user key itself is refused for free, see RAW_ROWS)
+    S("SELECT pid + 0 AS p, COUNT(*) FROM pums GROUP BY p", releases_nothing=True,
+      delta=1e-12),
+    S("SELECT pid + 0 AS p FROM pums GROUP BY p", releases_nothing=True, delta=1e-12),
+    S("SELECT pid + 0 AS p, SUM(income) FROM pums GROUP BY p", releases_nothing=True,
+      delta=1e-12),
     S("SELECT income * 1000 + age AS k, COUNT(*) FROM pums GROUP BY k", releases_nothing=True,
       delta=1e-12),
     S("SELECT CAST(income AS VARCHAR) || CAST(pid AS VARCHAR) AS k, COUNT(*) FROM pums "
@@ -864,8 +875,9 @@ SAFE = [
     S("SELECT sex, race, educ, married, income, COUNT(*) FROM pums "
       "GROUP BY sex, race, educ, married, income", releases_nothing=True,
       delta=1e-12),  # "nothing" must not be a matter of luck: a tiny delta
-    S("SELECT pid, COUNT(*) FROM pums_dup GROUP BY pid", releases_nothing=True, delta=1e-12),
-    S("SELECT pid, COUNT(*) FROM pums GROUP BY pid", epsilon=50.0, delta=1e-3,
+    S("SELECT pid + 0 AS p, COUNT(*) FROM pums_dup GROUP BY p", releases_nothing=True,
+      delta=1e-12),
+    S("SELECT pid + 0 AS p, COUNT(*) FROM pums GROUP BY p", epsilon=50.0, delta=1e-3,
       releases_nothing=True),
     S("SELECT income, COUNT(*) FROM pums GROUP BY income", delta=5e-324),
     S("SELECT AVG(1e308) FROM pums"),  # a constant near the float maximum: exact, no noise
