@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import dpsql
 from dpsql import (
     BackendError,
     BudgetExhaustedError,
@@ -469,7 +470,7 @@ INJECTION = [
     R("SELECT COUNT(*) FROM pums WHERE CAST(sex AS VARCHAR) = E'\\x27'", U, None),
     R("SELECT COUNT(*) FROM pums WHERE CAST(sex AS VARCHAR) = $$x$$", U, None),
     R("SELECT COUNT(*) FROM pums WHERE age = $1", U, "parameter"),
-    R("SELECT COUNT(*) FROM pums WHERE age = ?", U, "parameter"),
+    R("SELECT COUNT(*) FROM pums WHERE age = ?", dpsql.ParameterError, "but 0 parameters"),
     R("SELECT COUNT(*) FROM pums WHERE age = :age", U, "parameter"),
     R("SELECT COUNT(*) FROM pums WHERE age = getvariable('x')", U, "GETVARIABLE"),
     R(b"SELECT COUNT(*) FROM pums", U, "string"),
