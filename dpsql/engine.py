@@ -26,9 +26,11 @@ from typing import Any
 
 import duckdb
 
+from dpsql import stages
 from dpsql.accounting import Cost
 from dpsql.accuracy import predict_outputs, selection_note, selection_summary, statistic_feeds
 from dpsql.analyze import Plan, analyze
+from dpsql.answer_cache import AnswerCache
 from dpsql.backends import Backend, open_backend
 from dpsql.bigquery_options import lift_dp_options
 from dpsql.catalog import Catalog, Table, load_catalog
@@ -56,6 +58,7 @@ from dpsql.ledger import ALL, BudgetView, Ledger
 from dpsql.noise import add_noise
 from dpsql.normalize import normalize
 from dpsql.parse import parse
+from dpsql.plan_cache import CAPACITY, PlanCache, Prepared, catalog_fingerprint, plan_key
 from dpsql.postprocess import check_postprocess, postprocess, stat_half_width
 from dpsql.result import Explanation, Result
 from dpsql.rewrite import rewrite
@@ -84,6 +87,8 @@ def connect(
     analyst: str | None = None,
     alpha: float = 0.05,
     mechanism: str = "laplace",
+    answer_cache: bool | None = None,
+    plan_cache: bool = True,
 ) -> Connection:
     """Opens a private connection.
 
@@ -112,6 +117,13 @@ def connect(
         alpha: error bars are ``1 − alpha`` confidence intervals (default 95%).
         mechanism: default noise, ``"laplace"`` (ε-DP per statistic) or ``"gaussian"``
             (zCDP; cheaper for queries with many aggregates; needs δ > 0).
+        answer_cache: the same query asked again (same text, ε, δ, bounds, mechanism,
+            alpha, catalog and ``data_version``) returns the answer already released to
+            this analyst, at no cost (:mod:`dpsql.answer_cache`); False: every query is
+            answered afresh and charged; None (default): the catalog's
+            ``answer_cache:`` (default false).
+        plan_cache: remember checked plans for this connection (:mod:`dpsql.plan_cache`);
+            False: every query is analysed, rewritten and checked again.
 
     Raises:
         CatalogError: the catalog is malformed.
@@ -124,7 +136,7 @@ def connect(
             real numbers: finite, not bool or text, ε > 0, 0 ≤ δ < 1).
     """
     return Connection(database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha,
-                      mechanism=mechanism)
+                      mechanism=mechanism, answer_cache=answer_cache, plan_cache=plan_cache)
 
 
 def default_ledger_path(database: Any) -> Path:
@@ -170,7 +182,8 @@ class Connection:
 
     def __init__(self, database: Any, catalog: Any = None, budget=None, *, ledger=None,
                  analyst: str | None = None, alpha: float = 0.05,
-                 mechanism: str = "laplace"):
+                 mechanism: str = "laplace", answer_cache: bool | None = None,
+                 plan_cache: bool = True):
         from dpsql.ledger import (
             apply_database_pin,
             apply_pins,
@@ -226,6 +239,16 @@ class Connection:
             raise
         self._schemas_ok: set[str] = set()
         self._unique_cache: dict[str, set[tuple[str, ...]]] = {}
+        self._catalog_fp = catalog_fingerprint(self._catalog)
+        self._plans = PlanCache(CAPACITY if plan_cache else 0)
+        self._seen_schema: Any = None
+        try:
+            if answer_cache is None:
+                answer_cache = self._catalog.answer_cache
+            self._answers = AnswerCache(ledger) if answer_cache else None
+        except BaseException:
+            self.close()
+            raise
 
     def _seed_budgets(self, budget) -> None:
         cat = self._catalog
@@ -296,22 +319,46 @@ class Connection:
         """
         if self._backend is None:
             raise DpsqlError("connection is closed")
+        stages.start()
         text = sql if isinstance(sql, str) else repr(sql)
+        answer_key = None
         try:
             alpha = self._check_alpha(alpha)
-            probe = self._schema_probe(sql, text, alpha)
-            if probe is not None:
-                return probe
-            sql, epsilon, delta, max_groups, max_rows = _options(
-                sql, epsilon, delta, max_groups, max_rows, self._catalog.limits)
-            plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
-                                                      mechanism)
-            # a query that cannot fit is refused before the engine binds it (fast); the
-            # charge below still decides atomically
-            reason = self.budget.refusal(plan.charge)
-            if reason is not None:
-                raise BudgetExhaustedError(reason)
-            expression, read = self._check(plan, expression, backend)
+            version = self._schema_version()
+            if self._answers is not None:
+                answer_key = self._answers.key(
+                    self._dataset, self._analyst, self._catalog_fp, version, sql, epsilon,
+                    delta, max_groups, max_rows, mechanism or self._mechanism, alpha)
+                cached = self._answers.get(answer_key, self._dataset, self._analyst)
+                if cached is not None:  # released before: post-processing, free
+                    stages.mark("options")
+                    return cached
+            key = plan_key(sql, epsilon, delta, max_groups, max_rows,
+                           mechanism or self._mechanism, self._catalog_fp, version)
+            prepared = self._plans.get(key)
+            if prepared is None:
+                probe = self._schema_probe(sql, text, alpha)
+                if probe is not None:
+                    return probe
+                sql, epsilon, delta, max_groups, max_rows = _options(
+                    sql, epsilon, delta, max_groups, max_rows, self._catalog.limits)
+                stages.mark("options")
+                plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups,
+                                                          max_rows, mechanism)
+                # a query that cannot fit is refused before the engine binds it (fast);
+                # the charge below still decides atomically
+                reason = self.budget.refusal(plan.charge)
+                if reason is not None:
+                    raise BudgetExhaustedError(reason)
+                stages.mark("ledger")
+                expression, read = self._check(plan, expression, backend)
+                prepared = Prepared(plan, expression, read, backend.to_sql(expression))
+                self._plans.put(key, prepared)
+                stages.mark("to_sql")
+            else:  # checked before: only charge, run, add noise, post-process
+                stages.mark("options")
+            plan, expression, read = prepared.plan, prepared.expression, prepared.read
+            backend = self._backend
         except DpsqlError as exc:
             self._ledger.refuse(self._dataset, self._analyst, text,
                                 f"{type(exc).__name__}: {exc}")
@@ -331,9 +378,11 @@ class Connection:
         except KeyboardInterrupt:  # Ctrl-C in the charge: it may have committed
             raise QueryCancelled("query cancelled while it was being charged; the charge "
                                  "may have been recorded (see dpsql budget log)") from None
+        stages.mark("ledger")
         try:
             if plan.stats or plan.selection is not None:
                 columns, rows = backend.execute(expression)
+                stages.mark("backend")
                 rows = read(rows)
             else:  # only public keys are released: no data needed
                 columns, rows = [k.name for k in plan.keys], []
@@ -343,6 +392,18 @@ class Connection:
             if plan.selection is not None:
                 # the number of released keys only: those below the threshold stay unsaid
                 notes = (selection_note(plan, len(noisy.keys), alpha), *notes)
+            result = Result(
+                columns=answer.columns,
+                rows=answer.rows,
+                accuracy=answer.accuracy,
+                cost=plan.cost,
+                sql=prepared.sql,
+                alpha=alpha,
+                split=_split(plan, alpha),
+                notes=notes,
+                intervals=answer.intervals,
+                noisy=answer.noisy,
+            )
         except QueryCancelled:
             self._ledger.finish(charge, "cancelled")
             raise
@@ -360,22 +421,19 @@ class Connection:
         except BaseException:
             self._ledger.finish(charge, "failed", "interrupted")
             raise
+        # the released answer goes into the answer cache in the outcome's transaction
+        store = None if self._answers is None else self._answers.storer(
+            answer_key, self._dataset, self._analyst, result)
+        stages.mark("noise")
         try:
-            self._ledger.finish(charge, "answered")
+            if store is None:
+                self._ledger.finish(charge, "answered")
+            else:
+                self._ledger.finish(charge, "answered", also=store)
         except KeyboardInterrupt:  # Ctrl-C after the answer: the charge is kept
             raise QueryCancelled() from None
-        return Result(
-            columns=answer.columns,
-            rows=answer.rows,
-            accuracy=answer.accuracy,
-            cost=plan.cost,
-            sql=backend.to_sql(expression),
-            alpha=alpha,
-            split=_split(plan, alpha),
-            notes=notes,
-            intervals=answer.intervals,
-            noisy=answer.noisy,
-        )
+        stages.mark("ledger")
+        return result
 
     def explain(
         self,
@@ -593,7 +651,24 @@ class Connection:
         plan.reuse_ctes = backend.supports_materialized_ctes
         plan.guards_in_backend = backend.allow is not None
         plan.backend_columns = backend.columns
-        return plan, rewrite(plan), backend
+        stages.mark("analysis")
+        expression = rewrite(plan)
+        stages.mark("rewrite")
+        return plan, expression, backend
+
+    def _schema_version(self) -> Any:
+        """The backend's schema version; the metadata this connection remembers (and
+        its checked plans) are dropped when it changes."""
+        backend = self._backend
+        if backend is None:
+            raise DpsqlError("connection is closed")
+        version = backend.schema_version()
+        if version is None or version != self._seen_schema:
+            self._schemas_ok.clear()
+            self._unique_cache.clear()
+            self._plans.clear()
+            self._seen_schema = version
+        return version
 
     def _unique(self, backend: Backend, table: str) -> set[tuple[str, ...]]:
         """The backend's unique column sets of a table (metadata, cached per connection)."""
