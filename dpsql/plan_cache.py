@@ -39,6 +39,7 @@ Soundness (why a hit answers exactly as a fresh analysis would):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -124,7 +125,8 @@ class PlanCache:
         if found is None:
             self.misses += 1
             return None
-        self._entries.move_to_end(key)
+        with contextlib.suppress(KeyError):  # evicted by another thread meanwhile
+            self._entries.move_to_end(key)
         self.hits += 1
         return found
 
