@@ -206,12 +206,12 @@ def test_encoding_keeps_types_and_float_bits():
                              sql=""))
 
 
-@pytest.mark.skipif(not os.environ.get("DPSQL_TEST_POSTGRES_URL"),
-                    reason="no PostgreSQL test server (DPSQL_TEST_POSTGRES_URL)")
+@pytest.mark.skipif(not os.environ.get("DPSQL_TEST_POSTGRES_ADMIN_URL"),
+                    reason="no PostgreSQL test server (DPSQL_TEST_POSTGRES_ADMIN_URL)")
 def test_postgres_ledger(pums_file, tmp_path):
     import secrets
 
-    url = os.environ["DPSQL_TEST_POSTGRES_URL"]
+    url = os.environ["DPSQL_TEST_POSTGRES_ADMIN_URL"]
     sep = "&" if "?" in url else "?"
     ledger = f"{url}{sep}schema=answers_{secrets.token_hex(4)}"
     with _conn(pums_file, tmp_path, ledger=ledger) as conn:
