@@ -48,6 +48,9 @@ class Config:
     #: Query epsilon for the latency runs, and the delta of queries that need one.
     latency_epsilon: float = 1.0
     seed: int = 0
+    #: The engine's own time per stage (:mod:`benchmarks.overhead`): askings of each
+    #: query of the mix per mode (0: not measured).
+    overhead_runs: int = 40
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -74,6 +77,7 @@ QUICK = Config(
     peers=False,
     peer_runs=5,
     peer_trials=5,
+    overhead_runs=3,
 )
 
 FULL = Config(

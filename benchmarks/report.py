@@ -324,6 +324,10 @@ def markdown(r: dict, files: dict[str, str]) -> str:
                                                  for n in cfg["sampler_sizes"]) + " |")
     out.append("")
     out += _smartnoise_md(r)
+    if r.get("overhead"):
+        from benchmarks import overhead
+
+        out += [overhead.markdown(r["overhead"])]
 
     out += ["## Plots", ""]
     for kind, fname in files.items():

@@ -78,6 +78,10 @@ def run(config_name: str, out_dir: Path, progress: bool = True, *, name: str | N
         else:
             smartnoise_result = run_smartnoise(workloads.get(PEER_WORKLOAD), config, pums, bars)
         results["peers"] = {"smartnoise": smartnoise_result}
+        if config.overhead_runs:
+            from benchmarks import overhead
+
+            results["overhead"] = overhead.run(config.overhead_runs)
     results["duration_s"] = time.perf_counter() - started
     results["environment"]["load_average_end"] = _load()
     results["summary"] = report.summary(results)

@@ -56,7 +56,8 @@ TYPES = ("int", "float", "string", "bool", "date", "timestamp")
 NUMERIC_TYPES = ("int", "float")
 
 _TOP_KEYS = {"dataset", "tables", "budget", "description", "ledger", "analyst", "limits",
-             "database", "ledger_id"}
+             "database", "ledger_id", "data_version",
+             "answer_cache"}
 _TABLE_KEYS = {
     "user_key",
     "row_privacy",
@@ -152,6 +153,12 @@ class Catalog:
     accountant: str = "basic"
     #: Resource limits on the work done before the charge (:mod:`dpsql.limits`).
     limits: Limits = field(default=DEFAULT_LIMITS, compare=False)
+    #: The owner's name for the data's current version (any text or number): answers
+    #: cached under another version are never returned (:mod:`dpsql.answer_cache`);
+    #: the owner changes it when the data changes.
+    data_version: str | None = None
+    #: The owner's default for connections' answer cache (:mod:`dpsql.answer_cache`).
+    answer_cache: bool = False
 
     def table(self, name: str) -> Table:
         """Returns the table named ``name`` (case-insensitive); KeyError if absent."""
@@ -245,6 +252,17 @@ def _build(doc: Mapping[str, Any], origin: str) -> Catalog:
     if not isinstance(dataset, str) or not dataset.strip() or dataset == "*" \
             or not is_plain(dataset) or len(dataset) > 200:
         raise CatalogError(f"catalog: dataset must be a printable name, got {dataset!r}")
+    data_version = doc.get("data_version")
+    if data_version is not None:
+        if isinstance(data_version, bool) or not isinstance(data_version, str | int | float) \
+                or not is_plain(str(data_version)) or len(str(data_version)) > 200:
+            raise CatalogError(f"catalog: data_version must be a short text or number, got "
+                               f"{data_version!r}")
+        data_version = str(data_version)
+    answer_cache = doc.get("answer_cache", False)
+    if not isinstance(answer_cache, bool):
+        raise CatalogError(f"catalog: answer_cache must be true or false, got "
+                           f"{answer_cache!r}")
     ledger_id = doc.get("ledger_id")
     if ledger_id is not None and not (isinstance(ledger_id, str) and ledger_id.isalnum()):
         raise CatalogError(f"catalog: ledger_id must be the ledger's id, got {ledger_id!r}")
@@ -252,7 +270,8 @@ def _build(doc: Mapping[str, Any], origin: str) -> Catalog:
                    ledger=_ledger_pin(doc.get("ledger"), origin),
                    analyst=_analyst_pin(doc.get("analyst")),
                    database=_database_pin(doc.get("database"), origin),
-                   ledger_id=ledger_id, accountant=accountant,
+                   ledger_id=ledger_id, accountant=accountant, data_version=data_version,
+                   answer_cache=answer_cache,
                    limits=Limits.from_mapping(doc.get("limits")))
 
 

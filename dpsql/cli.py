@@ -493,6 +493,32 @@ def budget_verify(ledger, database) -> None:
                f"{report['charges']} charges, chain and totals verified")
 
 
+@main.group()
+def cache() -> None:
+    """The answer cache in a ledger (owner commands).
+
+    A query asked again with the same text, epsilon, delta and options gets the answer
+    already released to that analyst, free (see dpsql.answer_cache). Only the owner
+    decides that answers are stale: change 'data_version' in the catalog, or clear them.
+    """
+
+
+@cache.command("clear")
+@_ledger_options
+@click.option("--dataset", default=None, help="Only this data set.")
+@click.option("--analyst", default=None, help="Only this analyst.")
+def cache_clear(ledger, database, dataset, analyst) -> None:
+    """Forget cached answers: the next asking of each query is answered and charged."""
+    from dpsql.answer_cache import clear
+
+    led = _ledger(ledger, database)
+    try:
+        n = clear(led, dataset, analyst)
+    except DpsqlError as exc:
+        _fail(exc)
+    click.echo(f"cleared {n} cached answer{'s' if n != 1 else ''}")
+
+
 @budget.command("init")
 @click.option("--ledger", required=True, help="Ledger file or PostgreSQL URL to create.")
 def budget_init(ledger) -> None:

@@ -27,9 +27,11 @@ from typing import Any
 
 import duckdb
 
+from dpsql import stages
 from dpsql.accounting import Cost
 from dpsql.accuracy import predict_outputs, selection_note, selection_summary, statistic_feeds
 from dpsql.analyze import Plan, analyze
+from dpsql.answer_cache import AnswerCache
 from dpsql.backends import Backend, open_backend
 from dpsql.bias import bias_note, bias_query
 from dpsql.bias import release as release_bias
@@ -61,6 +63,14 @@ from dpsql.noise import add_noise
 from dpsql.normalize import normalize
 from dpsql.params import bind_parameters, refuse_number
 from dpsql.parse import parse
+from dpsql.plan_cache import (
+    CAPACITY,
+    PlanCache,
+    Prepared,
+    catalog_fingerprint,
+    plan_key,
+    typed,
+)
 from dpsql.postprocess import check_postprocess, postprocess, stat_half_width
 from dpsql.result import Explanation, Result
 from dpsql.rewrite import rewrite
@@ -90,6 +100,8 @@ def connect(
     alpha: float = 0.05,
     mechanism: str = "laplace",
     intervals: bool = False,
+    answer_cache: bool | None = None,
+    plan_cache: bool = True,
 ) -> Connection:
     """Opens a private connection.
 
@@ -121,6 +133,13 @@ def connect(
         intervals: whether results show each error bar's interval ends as columns
             ``<name>_low`` and ``<name>_high`` (``Result.df``); a query's ``OPTIONS
             (intervals = 0|1)`` overrides it.
+        answer_cache: the same query asked again (same text, ε, δ, bounds, mechanism,
+            alpha, catalog and ``data_version``) returns the answer already released to
+            this analyst, at no cost (:mod:`dpsql.answer_cache`); False: every query is
+            answered afresh and charged; None (default): the catalog's
+            ``answer_cache:`` (default false).
+        plan_cache: remember checked plans for this connection (:mod:`dpsql.plan_cache`);
+            False: every query is analysed, rewritten and checked again.
 
     Raises:
         CatalogError: the catalog is malformed.
@@ -133,7 +152,8 @@ def connect(
             real numbers: finite, not bool or text, ε > 0, 0 ≤ δ < 1).
     """
     return Connection(database, catalog, budget, ledger=ledger, analyst=analyst, alpha=alpha,
-                      mechanism=mechanism, intervals=intervals)
+                      mechanism=mechanism, intervals=intervals, answer_cache=answer_cache,
+                      plan_cache=plan_cache)
 
 
 def default_ledger_path(database: Any) -> Path:
@@ -179,7 +199,8 @@ class Connection:
 
     def __init__(self, database: Any, catalog: Any = None, budget=None, *, ledger=None,
                  analyst: str | None = None, alpha: float = 0.05,
-                 mechanism: str = "laplace", intervals: bool = False):
+                 mechanism: str = "laplace", intervals: bool = False,
+                 answer_cache: bool | None = None, plan_cache: bool = True):
         from dpsql.ledger import (
             apply_database_pin,
             apply_pins,
@@ -238,6 +259,16 @@ class Connection:
             raise
         self._schemas_ok: set[str] = set()
         self._unique_cache: dict[str, set[tuple[str, ...]]] = {}
+        self._catalog_fp = catalog_fingerprint(self._catalog)
+        self._plans = PlanCache(CAPACITY if plan_cache else 0)
+        self._seen_schema: Any = None
+        try:
+            if answer_cache is None:
+                answer_cache = self._catalog.answer_cache
+            self._answers = AnswerCache(ledger) if answer_cache else None
+        except BaseException:
+            self.close()
+            raise
 
     def _seed_budgets(self, budget) -> None:
         cat = self._catalog
@@ -324,35 +355,66 @@ class Connection:
         """
         if self._backend is None:
             raise DpsqlError("connection is closed")
+        stages.start()
         text = sql if isinstance(sql, str) else repr(sql)
+        answer_key = None
         try:
             refuse_number(params, "execute")
             alpha = self._check_alpha(alpha)
             sql, options = _lift_and_bind(sql, params, self._catalog.limits)
             if params is not None:
                 text = sql  # the ledger keeps what ran: the SQL with its literals
-            probe = self._schema_probe(sql, text, alpha)
-            if probe is not None:
-                return probe
-            epsilon, delta, max_groups, max_rows = _options(
-                options, epsilon, delta, max_groups, max_rows)
             intervals = options.get("intervals", intervals)
             bias_check = _switch(options.get("bias_check", bias_check), "bias_check")
             intervals = _switch(self._intervals if intervals is None else intervals,
                                 "intervals")
-            plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups, max_rows,
-                                                      mechanism, bias_check)
-            # a query that cannot fit is refused before the engine binds it (fast); the
-            # charge below still decides atomically
-            reason = self.budget.refusal(plan.charge)
-            if reason is not None:
-                raise BudgetExhaustedError(reason)
-            # from the rewritten query as built (before _check reads temporal keys as
-            # text): its __per_user CTE is the table the statistics read
-            measure = bias_query(plan, expression)
-            expression, read = self._check(plan, expression, backend)
-            if measure is not None:
-                backend.check(measure)  # binds it, reads nothing
+            # the caches' key: the text with its parameters bound as literals, the
+            # options it carried and every argument, each typed (1, 1.0 and True apart)
+            keyed = "\x00".join([sql, repr(sorted((k, typed(v)) for k, v in options.items())),
+                                 repr(typed(bias_check))])
+            version = self._schema_version()
+            if self._answers is not None:
+                answer_key = self._answers.key(
+                    self._dataset, self._analyst, self._catalog_fp, version,
+                    keyed + "\x00" + repr(typed(intervals)), epsilon, delta, max_groups,
+                    max_rows, mechanism or self._mechanism, alpha)
+                cached = self._answers.get(answer_key, self._dataset, self._analyst)
+                if cached is not None:  # released before: post-processing, free
+                    stages.mark("options")
+                    return cached
+            key = plan_key(keyed, epsilon, delta, max_groups, max_rows,
+                           mechanism or self._mechanism, self._catalog_fp, version)
+            prepared = self._plans.get(key)
+            if prepared is None:
+                probe = self._schema_probe(sql, text, alpha)
+                if probe is not None:
+                    return probe
+                epsilon, delta, max_groups, max_rows = _options(
+                    options, epsilon, delta, max_groups, max_rows)
+                stages.mark("options")
+                plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups,
+                                                          max_rows, mechanism, bias_check)
+                # a query that cannot fit is refused before the engine binds it (fast);
+                # the charge below still decides atomically
+                reason = self.budget.refusal(plan.charge)
+                if reason is not None:
+                    raise BudgetExhaustedError(reason)
+                stages.mark("ledger")
+                # from the rewritten query as built (before _check reads temporal keys as
+                # text): its __per_user CTE is the table the statistics read
+                measure = bias_query(plan, expression)
+                expression, read = self._check(plan, expression, backend)
+                if measure is not None:
+                    backend.check(measure)  # binds it, reads nothing
+                prepared = Prepared(plan, expression, read, backend.to_sql(expression),
+                                    measure)
+                self._plans.put(key, prepared)
+                stages.mark("to_sql")
+            else:  # checked before: only charge, run, add noise, post-process
+                stages.mark("options")
+            plan, expression, read = prepared.plan, prepared.expression, prepared.read
+            measure = prepared.measure
+            backend = self._backend
         except DpsqlError as exc:
             self._ledger.refuse(self._dataset, self._analyst, text,
                                 f"{type(exc).__name__}: {exc}")
@@ -372,9 +434,11 @@ class Connection:
         except KeyboardInterrupt:  # Ctrl-C in the charge: it may have committed
             raise QueryCancelled("query cancelled while it was being charged; the charge "
                                  "may have been recorded (see dpsql budget log)") from None
+        stages.mark("ledger")
         try:
             if plan.stats or plan.selection is not None:
                 columns, rows = backend.execute(expression)
+                stages.mark("backend")
                 rows = read(rows)
             else:  # only public keys are released: no data needed
                 columns, rows = [k.name for k in plan.keys], []
@@ -390,6 +454,20 @@ class Connection:
                                            else (None, None))
                 measured = release_bias(plan, bias_columns, bias_rows, alpha)
                 notes = (*notes, bias_note(plan, measured, alpha))
+            result = Result(
+                columns=answer.columns,
+                rows=answer.rows,
+                accuracy=answer.accuracy,
+                cost=plan.cost,
+                sql=prepared.sql,
+                alpha=alpha,
+                split=_split(plan, alpha),
+                notes=notes,
+                intervals=answer.intervals,
+                noisy=answer.noisy,
+                interval_columns=intervals,
+                bias=measured,
+            )
         except QueryCancelled:
             self._ledger.finish(charge, "cancelled")
             raise
@@ -407,24 +485,19 @@ class Connection:
         except BaseException:
             self._ledger.finish(charge, "failed", "interrupted")
             raise
+        # the released answer goes into the answer cache in the outcome's transaction
+        store = None if self._answers is None else self._answers.storer(
+            answer_key, self._dataset, self._analyst, result)
+        stages.mark("noise")
         try:
-            self._ledger.finish(charge, "answered")
+            if store is None:
+                self._ledger.finish(charge, "answered")
+            else:
+                self._ledger.finish(charge, "answered", also=store)
         except KeyboardInterrupt:  # Ctrl-C after the answer: the charge is kept
             raise QueryCancelled() from None
-        return Result(
-            columns=answer.columns,
-            rows=answer.rows,
-            accuracy=answer.accuracy,
-            cost=plan.cost,
-            sql=backend.to_sql(expression),
-            alpha=alpha,
-            split=_split(plan, alpha),
-            notes=notes,
-            intervals=answer.intervals,
-            noisy=answer.noisy,
-            interval_columns=intervals,
-            bias=measured,
-        )
+        stages.mark("ledger")
+        return result
 
     def explain(
         self,
@@ -664,7 +737,24 @@ class Connection:
         plan.reuse_ctes = backend.supports_materialized_ctes
         plan.guards_in_backend = backend.allow is not None
         plan.backend_columns = backend.columns
-        return plan, rewrite(plan), backend
+        stages.mark("analysis")
+        expression = rewrite(plan)
+        stages.mark("rewrite")
+        return plan, expression, backend
+
+    def _schema_version(self) -> Any:
+        """The backend's schema version; the metadata this connection remembers (and
+        its checked plans) are dropped when it changes."""
+        backend = self._backend
+        if backend is None:
+            raise DpsqlError("connection is closed")
+        version = backend.schema_version()
+        if version is None or version != self._seen_schema:
+            self._schemas_ok.clear()
+            self._unique_cache.clear()
+            self._plans.clear()
+            self._seen_schema = version
+        return version
 
     def _unique(self, backend: Backend, table: str) -> set[tuple[str, ...]]:
         """The backend's unique column sets of a table (metadata, cached per connection)."""
@@ -925,6 +1015,22 @@ def _split(plan: Plan, alpha: float) -> list[dict]:
             "scale": s.mechanism.scale,
             "half_width": stat_half_width(plan, s.name, alpha),
             "feeds": feeds[s.name],
+        })
+    check = plan.bias
+    if check is not None and not check.free and check.mechanism is not None:
+        # the bias check's share, so that the shares add up to the query's cost
+        out.append({
+            "name": "__bias",
+            "statistic": "bias check: users, users over max_rows"
+                         + (", users over max_groups" if check.groups else ""),
+            "linf": 1,
+            "l1": len(check.columns),
+            "epsilon": check.epsilon,
+            "rho": check.rho,
+            "mechanism": _mechanism_name(check),
+            "scale": check.mechanism.scale,
+            "half_width": check.mechanism.accuracy(alpha / len(check.columns)),
+            "feeds": ("Result.bias",),
         })
     return out
 

@@ -1386,16 +1386,24 @@ class Ledger:
                    (dataset, analyst, stored, dropped))
         self._head_set(key, [stored, dropped])
 
-    def finish(self, charge_id: int, outcome: str, detail: str | None = None) -> None:
+    def finish(self, charge_id: int, outcome: str, detail: str | None = None,
+               also=None) -> None:
         """Marks a charged query ``answered``, ``failed`` or ``cancelled`` (Ctrl-C).
 
         The charge itself stays whatever happens here: when the outcome cannot be written
         (a full disk, a lock held too long) the failure goes to the owner's log and the
         caller goes on.
+
+        Args:
+            also: ``also(db, prefix, mac)`` writes in the same transaction (the answer
+                cache stores the released answer with its outcome); its database errors
+                are the outcome's.
         """
         assert outcome in ("answered", "failed", "cancelled")
         try:
             with self._tx() as db:
+                if also is not None:
+                    also(db, self._p, self._mac)
                 row = db.execute(f"SELECT hash, kind FROM {self._p}entries WHERE id = ?",
                                  (charge_id,)).fetchone()
                 if row is None or row[1] != "charge":
@@ -1408,6 +1416,23 @@ class Ledger:
         except LedgerError as exc:
             _log.error("ledger %s: charge %d is kept, but its outcome %r could not be "
                        "recorded: %s", escape(self.path), charge_id, outcome, escape(str(exc)))
+
+    @contextlib.contextmanager
+    def side_table(self, write: bool = False):
+        """One transaction, under this ledger's checks and locks, for a module that keeps
+        its own table in the ledger (:mod:`dpsql.answer_cache`); yields ``(db, prefix,
+        mac)``. Its database errors are :class:`~dpsql.errors.LedgerError`."""
+        with self._tx(write) as db:
+            yield db, self._p, self._mac
+
+    @property
+    def kind(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return self._s.kind
+
+    @property
+    def readonly(self) -> bool:
+        return self._s.readonly
 
     def refuse(self, dataset: str, analyst: str, sql: str, detail: str) -> None:
         """Logs a query refused before any data was read (it costs nothing).

@@ -215,3 +215,18 @@ def test_pums_floors_are_dpsqls_bounded_statistics():
 @needs_tpchgen
 def test_tpch_floors_are_dpsqls_bounded_statistics():
     _bounded_matches("tpch", QUICK_TPCH.sizes[0])
+
+
+def test_overhead_reported(quick):
+    out, results = quick
+    o = results["overhead"]
+    for mode in ("plan_cache_on", "plan_cache_off", "memory_ledger", "answer_cache_hit"):
+        mix = o[mode]["mix"]
+        assert mix["own_ms"] > 0 and math.isfinite(mix["own_ms"])
+        assert mix["total_ms"] >= mix["own_ms"]
+        assert abs(sum(mix["own_share"].values()) - 1) < 1e-6
+    # a cached plan skips analysis, rewriting and checks
+    on = o["plan_cache_on"]["mix"]["stages_ms"]
+    assert on["analysis"] + on["rewrite"] + on["to_sql"] < \
+        o["plan_cache_off"]["mix"]["stages_ms"]["to_sql"]
+    assert "The engine's own time per query" in (out / "ci.md").read_text()

@@ -9,6 +9,8 @@ exact per-group statistics. It is dpsql's own connection and never handed to ana
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Hashable
 
 from sqlglot import exp
 
@@ -91,9 +93,16 @@ class Backend(ABC):
         last = self._last_sql
         if last is not None and last[0] is expression:
             return last[1]
+        # the plan cache keeps several checked trees alive: their SQL is remembered by
+        # the tree's identity (the entry holds the tree, so its id is not reused)
+        memo = self.__dict__.setdefault("_sql_memo", OrderedDict())
+        known = memo.get(id(expression))
+        if known is not None and known[0] is expression:
+            memo.move_to_end(id(expression))
+            return known[1]
         original = expression
         if self.allow is not None:
-            return self._total_sql(original)
+            return self._remember(original, self._total_sql(original))
         if self.transforms:
             from dpsql.backends import dialects
 
@@ -109,7 +118,21 @@ class Backend(ABC):
 
         check_guards(expression, self.dialect, self.columns)
         self._last_sql = (original, sql)
+        return self._remember(original, sql)
+
+    def _remember(self, expression: exp.Expression, sql: str) -> str:
+        """Keeps the checked SQL of a tree for :meth:`to_sql` (at most 512 trees)."""
+        memo = self.__dict__.setdefault("_sql_memo", OrderedDict())
+        memo[id(expression)] = (expression, sql)
+        while len(memo) > 512:
+            memo.popitem(last=False)
         return sql
+
+    def schema_version(self) -> Hashable | None:
+        """A value that changes whenever the database's schema (tables, column types,
+        keys, collations) may have changed; None when the backend cannot tell, which
+        turns the plan cache off. Metadata only, read before any charge."""
+        return None
 
     def _total_sql(self, original: exp.Expression) -> str:
         """:meth:`to_sql` by the allow-list: type, guard, transform, check (see

@@ -456,6 +456,10 @@ def sqlite_dates(expression: exp.Expression, ctx: Context) -> exp.Expression:
             exp.Literal.string(fmt), value]), to=exp.DataType.build("BIGINT"))
 
     def fix(node):
+        if isinstance(node, exp.DateStrToDate | exp.TsOrDsToDate):
+            # DATE(x): the ISO date x names, or NULL (SQLite's CAST AS DATE would read
+            # '2024-01-05' as the number 2024)
+            return exp.Anonymous(this="DATE", expressions=[node.this])
         if isinstance(node, exp.Year | exp.Month | exp.Day):
             return part(type(node).__name__, node.this)
         if isinstance(node, exp.Extract):

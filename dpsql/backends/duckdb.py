@@ -44,6 +44,7 @@ interrupts DuckDB at once (``interrupt()``, which stops every worker) and raises
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 import time
@@ -116,6 +117,8 @@ class DuckDBBackend(Backend):
             self.name = str(database)
         self._lock = threading.Lock()
         self._collations: dict[str, set[str]] = {}
+        self._schema_version: str | None = None
+        self._columns: dict[str, dict[str, str] | None] = {}
 
     @staticmethod
     def _open_file(path: Path) -> duckdb.DuckDBPyConnection:
@@ -172,6 +175,11 @@ class DuckDBBackend(Backend):
         raise _boundary.schema_failed(self.name, table, failure)
 
     def columns(self, table: str) -> dict[str, str] | None:
+        # a schema that cannot change (see schema_version) is read once per table
+        frozen = self.name != "duckdb connection"
+        if frozen and table.lower() in self._columns:
+            found = self._columns[table.lower()]
+            return None if found is None else dict(found)
         rows = self._metadata(
             table,
             "SELECT column_name, data_type FROM information_schema.columns "
@@ -179,7 +187,38 @@ class DuckDBBackend(Backend):
             "ORDER BY ordinal_position",
             [table.lower()],
         )
-        return {name.lower(): dtype for name, dtype in rows} or None
+        out = {name.lower(): dtype for name, dtype in rows} or None
+        if frozen:
+            self._columns[table.lower()] = None if out is None else dict(out)
+        return out
+
+    def schema_version(self) -> str:
+        """SHA-256 of the current schema's DDL: every table's and view's ``CREATE``
+        text as DuckDB keeps it (column types, NOT NULL, PRIMARY KEY/UNIQUE, COLLATE),
+        the current schema and the ``default_collation`` setting. Metadata only.
+
+        A file dpsql opened itself is attached read-only and DuckDB's file lock keeps
+        writers out while it is open, and dpsql's own ``:memory:`` database has no
+        other handle: their schema cannot change, so it is read once. A connection the
+        caller passed in can change at any time (its owner holds it): read every time
+        (about 0.7 ms).
+        """
+        frozen = self.name != "duckdb connection"
+        if frozen and self._schema_version is not None:
+            return self._schema_version
+        rows = self._metadata(
+            "(schema)",
+            "SELECT 't', schema_name, table_name, sql FROM duckdb_tables() "
+            "WHERE database_name = current_database() "
+            "UNION ALL SELECT 'v', schema_name, view_name, sql FROM duckdb_views() "
+            "WHERE database_name = current_database() AND NOT internal "
+            "UNION ALL SELECT 's', current_schema(), current_setting('default_collation'), "
+            "NULL ORDER BY ALL", [])
+        version = hashlib.sha256(repr(rows).encode()).hexdigest()
+        if version != self._schema_version:
+            self._collations.clear()  # measured from the old schema
+        self._schema_version = version
+        return version
 
     def unique_columns(self, table: str) -> set[tuple[str, ...]]:
         """PRIMARY KEY and UNIQUE column sets whose columns are all NOT NULL.

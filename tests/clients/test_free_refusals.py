@@ -246,6 +246,23 @@ def test_group_by_bounded_date_is_a_public_domain(clinic):
     assert "BETWEEN" in ex.sql and "IN (" not in ex.sql.split("GROUP BY")[0]
 
 
+def test_group_by_bounded_date_on_sqlite(clinic_file, tmp_path):
+    """The day domain's bounds are ISO dates on SQLite too (``DATE('...')``, listed there;
+    a CAST to DATE would be refused, and read '2024-01-05' as 2024)."""
+    from dpsql.backends.loaders import copy_tables
+
+    path = tmp_path / "clinic.db"
+    con = duckdb.connect(str(clinic_file), read_only=True)
+    copy_tables(con, f"sqlite:///{path}", ["people", "visits"])
+    con.close()
+    conn = dpsql.connect(f"sqlite:///{path}", catalog=CATALOG, budget=(100.0, 1e-3),
+                         ledger=":memory:")
+    res = conn.execute("SELECT visit_date, COUNT(*) AS n FROM visits GROUP BY visit_date",
+                       epsilon=1.0, delta=1e-6)
+    assert len(res.rows) == (LAST - FIRST).days + 1 and res.cost == (1.0, 0.0)
+    assert "DATE('2024-01-01')" in res.sql
+
+
 PREDICATES = [
     ("department LIKE 'c%'", "department", ["cardiology"]),
     ("starts_with(department, 'c')", "department", ["cardiology"]),

@@ -1,0 +1,244 @@
+"""The answer cache: the same query asked again gets the answer already released, free.
+
+An answer released to an analyst is theirs: handing it to them again is
+post-processing of what they already hold, so it costs nothing, and it ends averaging
+attacks by repetition (asking one query n times to shrink its noise by √n), which a
+budget otherwise only slows down. The cache lives in the ledger (table ``answers``,
+same file or PostgreSQL schema, same transactions and durability): the answer is
+written in the same transaction as the query's ``answered`` outcome, after the charge,
+and read in one read transaction before anything else happens.
+
+**Key.** SHA-256 of an injective encoding (a JSON list of strings) of: the data set and
+the analyst (answers are per analyst: another analyst's answer was charged to their
+budget, not to this one's); the catalog's content hash (bounds, domains, limits and the
+owner's ``data_version``, :func:`dpsql.plan_cache.catalog_fingerprint`); the backend's
+schema version; the exact SQL text (options clause included); and ε, δ, ``max_groups``,
+``max_rows``, the mechanism and ``alpha`` each as (type, ``repr``)
+(:func:`dpsql.plan_cache.typed`). Nothing is normalised, so no two texts share an entry.
+
+**Why a hit releases nothing new.** A hit returns bytes stored by :meth:`storer` from a
+Result that was returned to this same analyst of this same data set after its charge
+was committed; the stored answer is exactly that Result (rows, error bars, notes, SQL),
+so the analyst learns nothing they were not given. A hit writes nothing to the ledger
+(no charge, no entry) and its Result says it came from the cache at zero cost. Only
+answered queries are stored: a query that failed after its charge stores nothing, so
+asking it again is charged again. Any key difference (ε, options, catalog or its
+``data_version``, schema, analyst) is a miss, answered afresh and charged.
+
+**Staleness is the owner's word.** dpsql never guesses that the data changed: the owner
+bumps ``data_version`` in the catalog (every older entry stops matching) or runs
+``dpsql cache clear``.
+
+**Tamper evidence.** Each entry carries the ledger's MAC (an HMAC with the owner's key,
+:data:`dpsql.ledger.KEY_ENV`) over its data set, analyst, key and answer; an entry that
+fails it is a :class:`~dpsql.errors.LedgerError`, never an answer.
+
+**Format.** The table is an addition to a version-3 ledger, created on first use (in a
+write transaction under the ledger's lock, so concurrent openers do not race); a ledger
+without it is a version-3 ledger with an empty cache, and a dpsql that does not know it
+reads and charges the ledger as before. The answer is a tagged JSON encoding that keeps
+Python types (tuple/list, int/float/bool, dates, Decimal) and floats bit for bit
+(``float.hex``); no pickle, so a ledger file can never run code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import hmac
+import json
+import logging
+from decimal import Decimal
+from typing import Any
+
+from dpsql.errors import LedgerError
+from dpsql.plan_cache import typed
+from dpsql.result import Result
+
+_log = logging.getLogger("dpsql.owner")
+
+#: Tag of the key's encoding: a new encoding never matches an old entry.
+KEY_VERSION = "dpsql-answer-1"
+#: The note a Result from the cache carries.
+CACHED_NOTE = ("answered from the answer cache: this query was answered before with the "
+               "same epsilon, delta and options; the same answer again, nothing was spent")
+
+
+def _table(prefix: str) -> str:
+    return (f"CREATE TABLE IF NOT EXISTS {prefix}answers (dataset TEXT NOT NULL, "
+            "analyst TEXT NOT NULL, key TEXT NOT NULL, answer TEXT NOT NULL, "
+            "created TEXT NOT NULL, mac TEXT NOT NULL, PRIMARY KEY (dataset, analyst, key))")
+
+
+class AnswerCache:
+    """Released answers of one ledger, per (data set, analyst, key)."""
+
+    def __init__(self, ledger):
+        self._ledger = ledger
+        self.enabled = not ledger.readonly
+        if self.enabled:
+            with ledger.side_table(write=True) as (db, prefix, _):
+                db.execute(_table(prefix))
+
+    @staticmethod
+    def key(dataset: str, analyst: str, catalog: str, schema: Any, sql: Any, epsilon: Any,
+            delta: Any, max_groups: Any, max_rows: Any, mechanism: Any,
+            alpha: Any) -> str | None:
+        """The entry's key (see the module docstring); None: not cacheable."""
+        if not isinstance(sql, str):
+            return None
+        parts = [KEY_VERSION, dataset, analyst, catalog, repr(schema), sql,
+                 *(x for v in (epsilon, delta, max_groups, max_rows, mechanism, alpha)
+                   for x in typed(v))]
+        return hashlib.sha256(json.dumps(parts, ensure_ascii=True).encode()).hexdigest()
+
+    def get(self, key: str | None, dataset: str, analyst: str) -> Result | None:
+        """The answer released before under ``key``, marked free; None: a miss.
+
+        Raises:
+            LedgerError: the entry fails its MAC (tampered with), or the ledger cannot
+                be read.
+        """
+        if key is None or not self.enabled:
+            return None
+        with self._ledger.side_table() as (db, prefix, mac):
+            row = db.execute(f"SELECT answer, mac FROM {prefix}answers WHERE dataset = ? "
+                             "AND analyst = ? AND key = ?", (dataset, analyst, key)).fetchone()
+        if row is None:
+            return None
+        answer, tag = row
+        if not hmac.compare_digest(tag, mac("answer", dataset, analyst, key, answer)):
+            raise LedgerError(f"ledger {self._ledger.path!r}: a cached answer fails its "
+                              "check (was the ledger edited?); refusing to use it")
+        try:
+            result = decode_result(answer)
+        except (ValueError, TypeError, KeyError) as exc:  # an older dpsql's Result
+            _log.warning("answer cache: an entry cannot be read (%s); answering afresh",
+                         type(exc).__name__)
+            return None
+        return dataclasses.replace(result, cost=(0.0, 0.0),
+                                   notes=(*result.notes, CACHED_NOTE))
+
+    def storer(self, key: str | None, dataset: str, analyst: str, result: Result):
+        """What :meth:`dpsql.ledger.Ledger.finish` runs in the outcome's transaction to
+        keep ``result``; None when it cannot be kept (never an error: the answer is
+        released either way)."""
+        if key is None or not self.enabled:
+            return None
+        try:
+            answer = encode_result(result)
+        except (TypeError, ValueError) as exc:
+            _log.warning("answer cache: a %s in the answer cannot be stored; not cached",
+                         exc)
+            return None
+
+        def store(db, prefix: str, mac) -> None:
+            db.execute(_table(prefix))
+            db.execute(f"DELETE FROM {prefix}answers WHERE dataset = ? AND analyst = ? "
+                       "AND key = ?", (dataset, analyst, key))
+            db.execute(f"INSERT INTO {prefix}answers VALUES (?, ?, ?, ?, ?, ?)",
+                       (dataset, analyst, key, answer,
+                        datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                        mac("answer", dataset, analyst, key, answer)))
+
+        return store
+
+    def clear(self, dataset: str | None = None, analyst: str | None = None) -> int:
+        """Forgets cached answers (all, or of one data set and/or analyst); their number."""
+        return clear(self._ledger, dataset, analyst)
+
+    def __len__(self) -> int:
+        with self._ledger.side_table() as (db, prefix, _):
+            return db.execute(f"SELECT COUNT(*) FROM {prefix}answers").fetchone()[0]
+
+
+def clear(ledger, dataset: str | None = None, analyst: str | None = None) -> int:
+    """``dpsql cache clear``: forgets cached answers of a ledger; returns how many.
+
+    The owner's word that the data changed (or that answers should be drawn afresh):
+    the next time each query is asked it is answered and charged again.
+    """
+    where, args = [], []
+    for column, value in (("dataset", dataset), ("analyst", analyst)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            args.append(value)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    with ledger.side_table(write=True) as (db, prefix, _):
+        db.execute(_table(prefix))
+        n = db.execute(f"SELECT COUNT(*) FROM {prefix}answers{clause}", tuple(args)
+                       ).fetchone()[0]
+        db.execute(f"DELETE FROM {prefix}answers{clause}", tuple(args))
+    return n
+
+
+# -- encoding ---------------------------------------------------------------------------
+
+
+def _enc(value: Any) -> Any:
+    # exact types first: bool is an int, datetime is a date
+    kind = type(value)
+    if value is None or kind in (bool, int, str):
+        return value
+    if kind is float:
+        return {"f": value.hex()}
+    if kind is tuple:
+        return {"t": [_enc(v) for v in value]}
+    if kind is list:
+        return [_enc(v) for v in value]
+    if kind is dict:
+        return {"d": [[_enc(k), _enc(v)] for k, v in value.items()]}
+    if kind is datetime.datetime:
+        return {"dt": value.isoformat()}
+    if kind is datetime.date:
+        return {"date": value.isoformat()}
+    if kind is datetime.time:
+        return {"time": value.isoformat()}
+    if kind is datetime.timedelta:
+        return {"td": [value.days, value.seconds, value.microseconds]}
+    if kind is Decimal:
+        return {"dec": str(value)}
+    raise TypeError(f"value of type {kind.__name__}")
+
+
+def _dec(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_dec(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    (tag, body), = value.items()
+    if tag == "f":
+        return float.fromhex(body)
+    if tag == "t":
+        return tuple(_dec(v) for v in body)
+    if tag == "d":
+        return {_dec(k): _dec(v) for k, v in body}
+    if tag == "dt":
+        return datetime.datetime.fromisoformat(body)
+    if tag == "date":
+        return datetime.date.fromisoformat(body)
+    if tag == "time":
+        return datetime.time.fromisoformat(body)
+    if tag == "td":
+        return datetime.timedelta(days=body[0], seconds=body[1], microseconds=body[2])
+    if tag == "dec":
+        return Decimal(body)
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+def encode_result(result: Result) -> str:
+    """A Result as tagged JSON, every field, types and float bits kept.
+
+    Raises:
+        TypeError: a value of a type the encoding does not know.
+    """
+    return json.dumps({f.name: _enc(getattr(result, f.name))
+                       for f in dataclasses.fields(result)}, ensure_ascii=True,
+                      allow_nan=False)
+
+
+def decode_result(text: str) -> Result:
+    """The Result :func:`encode_result` wrote."""
+    doc = json.loads(text)
+    return Result(**{name: _dec(value) for name, value in doc.items()})

@@ -1,0 +1,224 @@
+"""The answer cache: the same query asked again returns the answer already released,
+free; any difference is a miss, answered afresh and charged (dpsql.answer_cache)."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import sqlite3
+from decimal import Decimal
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+import dpsql
+from dpsql.answer_cache import CACHED_NOTE, clear, decode_result, encode_result
+from dpsql.datasets import catalog_path, load_pums
+from dpsql.ledger import Ledger
+from dpsql.result import Result
+
+QUERY = "SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM pums GROUP BY sex"
+
+
+@pytest.fixture()
+def pums_file(tmp_path):
+    path = tmp_path / "pums.duckdb"
+    load_pums(path)
+    return path
+
+
+def _catalog(tmp_path, **extra):
+    with open(catalog_path("pums")) as f:
+        doc = yaml.safe_load(f)
+    doc.pop("budget", None)
+    doc.update(extra)
+    return doc
+
+
+def _conn(path, tmp_path, ledger=None, catalog=None, **kwargs):
+    kwargs.setdefault("budget", (100.0, 1e-3))
+    return dpsql.connect(path, catalog=catalog or _catalog(tmp_path),
+                         ledger=str(ledger or tmp_path / "ledger.sqlite"),
+                         answer_cache=kwargs.pop("answer_cache", True), **kwargs)
+
+
+def _bits(rows):
+    """Rows with every float as its bit pattern (so 0.0 and -0.0, NaNs, differ)."""
+    return [tuple(v.hex() if isinstance(v, float) else (type(v), v) for v in row)
+            for row in rows]
+
+
+def _ledger_state(conn):
+    led = conn._ledger
+    return (conn.budget.spent, led.log(limit=1000), led.verify()["entries"])
+
+
+def test_a_hit_releases_nothing_new(pums_file, tmp_path):
+    conn = _conn(pums_file, tmp_path)
+    first = conn.execute(QUERY, epsilon=0.5)
+    before = _ledger_state(conn)
+    raw = (tmp_path / "ledger.sqlite").read_bytes()
+    again = conn.execute(QUERY, epsilon=0.5)
+    # bitwise the same answer, error bars and SQL; nothing written to the ledger
+    assert _bits(again.rows) == _bits(first.rows)
+    assert again.accuracy == first.accuracy and again.intervals == first.intervals
+    assert again.columns == first.columns and again.sql == first.sql
+    assert again.cost == (0.0, 0.0) and CACHED_NOTE in again.notes
+    assert _ledger_state(conn) == before
+    assert (tmp_path / "ledger.sqlite").read_bytes() == raw
+    assert conn.budget.spent == (0.5, 0.0)
+
+
+def test_the_cache_outlives_the_connection(pums_file, tmp_path):
+    with _conn(pums_file, tmp_path) as conn:
+        first = conn.execute(QUERY, epsilon=0.5)
+    with _conn(pums_file, tmp_path) as conn:
+        again = conn.execute(QUERY, epsilon=0.5)
+        assert _bits(again.rows) == _bits(first.rows)
+        assert conn.budget.spent == (0.5, 0.0)
+
+
+@pytest.mark.parametrize("change", [
+    {"epsilon": 0.25}, {"epsilon": 1}, {"delta": 1e-6}, {"max_rows": 2}, {"max_groups": 2},
+    {"alpha": 0.1}, {"mechanism": "gaussian", "delta": 1e-6}, {"sql": QUERY + " "},
+    {"sql": "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5) "
+            + QUERY[len("SELECT "):]},
+])
+def test_any_key_difference_is_charged(pums_file, tmp_path, change):
+    conn = _conn(pums_file, tmp_path)
+    conn.execute(QUERY, epsilon=0.5)
+    args = {"epsilon": 0.5, **change}
+    sql = args.pop("sql", QUERY)
+    res = conn.execute(sql, **args)
+    assert CACHED_NOTE not in res.notes and res.cost[0] > 0
+    assert conn.budget.spent[0] == pytest.approx(0.5 + res.cost[0])
+
+
+def test_data_version_and_bounds_are_part_of_the_key(pums_file, tmp_path):
+    with _conn(pums_file, tmp_path, catalog=_catalog(tmp_path, data_version=1)) as conn:
+        conn.execute(QUERY, epsilon=0.5)
+        assert conn.execute(QUERY, epsilon=0.5).cost == (0.0, 0.0)
+    with _conn(pums_file, tmp_path, catalog=_catalog(tmp_path, data_version=2)) as conn:
+        assert conn.execute(QUERY, epsilon=0.5).cost == (0.5, 0.0)
+    wider = _catalog(tmp_path, data_version=2)
+    wider["tables"]["pums"]["columns"]["income"]["upper"] = 600_000
+    with _conn(pums_file, tmp_path, catalog=wider) as conn:
+        assert conn.execute(QUERY, epsilon=0.5).cost == (0.5, 0.0)
+        assert conn.budget.spent == (1.5, 0.0)
+
+
+def test_answers_are_per_analyst(pums_file, tmp_path):
+    with _conn(pums_file, tmp_path, analyst="alice") as conn:
+        conn.execute(QUERY, epsilon=0.5)
+    with _conn(pums_file, tmp_path, analyst="bob") as conn:
+        assert conn.execute(QUERY, epsilon=0.5).cost == (0.5, 0.0)
+
+
+def test_off_by_default_and_when_asked(pums_file, tmp_path):
+    with _conn(pums_file, tmp_path, answer_cache=None) as conn:
+        conn.execute(QUERY, epsilon=0.5)
+        assert conn.execute(QUERY, epsilon=0.5).cost == (0.5, 0.0)
+    cat = _catalog(tmp_path, answer_cache=True)
+    with _conn(pums_file, tmp_path, catalog=cat, answer_cache=None) as conn:
+        conn.execute(QUERY, epsilon=0.5)
+        assert conn.execute(QUERY, epsilon=0.5).cost == (0.0, 0.0)
+    with _conn(pums_file, tmp_path, catalog=cat, answer_cache=False) as conn:
+        assert conn.execute(QUERY, epsilon=0.5).cost == (0.5, 0.0)
+
+
+def test_a_failed_query_is_not_cached(pums_file, tmp_path, monkeypatch):
+    import dpsql.engine as engine
+
+    conn = _conn(pums_file, tmp_path)
+    real = engine.add_noise
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(engine, "add_noise", broken)
+    with pytest.raises(dpsql.DpsqlError):
+        conn.execute(QUERY, epsilon=0.5)
+    monkeypatch.setattr(engine, "add_noise", real)
+    assert conn.execute(QUERY, epsilon=0.5).cost == (0.5, 0.0)
+    assert conn.budget.spent == (1.0, 0.0)
+
+
+def test_clear(pums_file, tmp_path):
+    conn = _conn(pums_file, tmp_path)
+    conn.execute(QUERY, epsilon=0.5)
+    assert clear(conn._ledger, dataset="nope") == 0
+    assert clear(conn._ledger) == 1
+    assert conn.execute(QUERY, epsilon=0.5).cost == (0.5, 0.0)
+    conn.close()
+    from dpsql.cli import main
+
+    out = CliRunner().invoke(main, ["cache", "clear", "--ledger",
+                                    str(tmp_path / "ledger.sqlite")])
+    assert out.exit_code == 0, out.output
+    assert "cleared 1 cached answer" in out.output
+
+
+def test_a_tampered_entry_is_refused(pums_file, tmp_path):
+    conn = _conn(pums_file, tmp_path)
+    conn.execute(QUERY, epsilon=0.5)
+    raw = sqlite3.connect(tmp_path / "ledger.sqlite")
+    raw.execute("UPDATE answers SET answer = replace(answer, '\"sex\"', '\"sex \"')")
+    raw.commit()
+    raw.close()
+    with pytest.raises(dpsql.LedgerError, match="cached answer"):
+        conn.execute(QUERY, epsilon=0.5)
+
+
+def test_an_old_ledger_gets_the_table_on_first_use(pums_file, tmp_path):
+    path = tmp_path / "old.sqlite"
+    Ledger(str(path)).close()  # a version-3 ledger as an earlier dpsql wrote it
+    raw = sqlite3.connect(path)
+    assert "answers" not in {r[0] for r in raw.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    raw.close()
+    with _conn(pums_file, tmp_path, ledger=path) as conn:
+        conn.execute(QUERY, epsilon=0.5)
+        assert conn.execute(QUERY, epsilon=0.5).cost == (0.0, 0.0)
+    led = Ledger(str(path), readonly=True)
+    assert led.verify()["charges"] == 1  # the ledger's own checks still pass
+    led.close()
+
+
+def test_encoding_keeps_types_and_float_bits():
+    rows = [(0.0, -0.0, math.inf, -math.inf, 1 / 3, 10**30, True, 0, None, "x'\"\n"),
+            (datetime.date(2020, 2, 29), datetime.datetime(2020, 1, 1, 12, 30, 1, 5),
+             datetime.time(1, 2), datetime.timedelta(days=-1, seconds=5), Decimal("1.10"),
+             [1, 2], (1, (2,)), {"a": 1.5})]
+    res = Result(columns=["a", "b"], rows=rows, accuracy=[(None, 0.1)], cost=(0.5, 1e-9),
+                 sql="SELECT 1", split=[{"name": "__s0", "scale": 2.0}], notes=("n",),
+                 intervals=[(None, (0.0, 1.0))], noisy=(False, True))
+    back = decode_result(encode_result(res))
+    assert back == res
+    for a, b in zip(back.rows, res.rows, strict=True):
+        assert [type(x) for x in a] == [type(x) for x in b]
+    assert math.copysign(1, back.rows[0][1]) == -1
+    nan = Result(columns=["a"], rows=[(math.nan,)], accuracy=[], cost=(0, 0), sql="")
+    assert math.isnan(decode_result(encode_result(nan)).rows[0][0])
+    with pytest.raises(TypeError):
+        encode_result(Result(columns=["a"], rows=[(object(),)], accuracy=[], cost=(0, 0),
+                             sql=""))
+
+
+@pytest.mark.skipif(not os.environ.get("DPSQL_TEST_POSTGRES_ADMIN_URL"),
+                    reason="no PostgreSQL test server (DPSQL_TEST_POSTGRES_ADMIN_URL)")
+def test_postgres_ledger(pums_file, tmp_path):
+    import secrets
+
+    url = os.environ["DPSQL_TEST_POSTGRES_ADMIN_URL"]
+    sep = "&" if "?" in url else "?"
+    ledger = f"{url}{sep}schema=answers_{secrets.token_hex(4)}"
+    with _conn(pums_file, tmp_path, ledger=ledger) as conn:
+        first = conn.execute(QUERY, epsilon=0.5)
+    with _conn(pums_file, tmp_path, ledger=ledger) as conn:
+        again = conn.execute(QUERY, epsilon=0.5)
+        assert _bits(again.rows) == _bits(first.rows) and again.cost == (0.0, 0.0)
+        assert conn.budget.spent == (0.5, 0.0)
+        assert clear(conn._ledger) == 1
+        assert conn.execute(QUERY, epsilon=0.5).cost == (0.5, 0.0)
