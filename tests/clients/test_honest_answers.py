@@ -97,7 +97,8 @@ def test_the_bias_check_measures_the_cut_through_the_dbapi(clinic):
     assert bias["groups_share"] == pytest.approx(260 / 300)
     assert cur.cost == (HIGH, 0.0)  # the query still spends exactly its epsilon
     # the split: one statistic and the bias check, half of epsilon each
-    assert [s["epsilon"] for s in cur.result.split] == [HIGH / 2] * 2 and bias["epsilon"] == HIGH / 2
+    assert [s["epsilon"] for s in cur.result.split] == [HIGH / 2] * 2
+    assert bias["epsilon"] == HIGH / 2
     assert cur.result.split[-1]["name"] == "__bias"  # the shares add up to the cost
     note = cur.result.notes[-1]
     assert note.startswith(f"bias check (epsilon = {HIGH / 2:.4g} of this query's budget): "
