@@ -16,7 +16,8 @@ The passes, in order (:data:`PASSES`):
 * :func:`group_by_all` -- ``GROUP BY ALL`` as the positions it stands for;
 * :func:`aggregate_filter` -- ``AGG(x) FILTER (WHERE p)`` as ``AGG(CASE WHEN p THEN x END)``;
 * :func:`aggregate_spellings` -- ``VAR``, ``VARP``, ``STD``, ``STDEVP`` as VARIANCE/STDDEV;
-* :func:`starts_with` -- ``starts_with(x, 'c')`` as ``x LIKE 'c%'``.
+* :func:`starts_with` -- ``starts_with(x, 'c')`` as ``x LIKE 'c%'``;
+* then the passes of :mod:`dpsql.client_sql` (what BI tools and notebooks send).
 
 (T-SQL's ``TOP n`` cannot be parsed in DuckDB's grammar; :mod:`dpsql.parse` reads it as
 ``LIMIT n``.)
@@ -35,6 +36,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from dpsql.catalog import Catalog
+from dpsql.client_sql import PASSES as CLIENT_PASSES
 from dpsql.errors import UnknownColumnError, UnknownTableError, UnsupportedQueryError
 from dpsql.limits import DEFAULT, Limits
 
@@ -87,6 +89,9 @@ def _keep_names(select: exp.Select, rewritten: Callable[[exp.Expression], bool])
 
 # -- schema-qualified table names --------------------------------------------------------
 
+#: The schema the SQLAlchemy dialect reflects (its ``default_schema_name``).
+SCHEMA = "main"
+
 
 def qualified_names(expression: exp.Expression, catalog: Catalog) -> exp.Expression:
     """``schema.table`` as ``table`` when ``schema`` is the catalog's data set.
@@ -101,6 +106,12 @@ def qualified_names(expression: exp.Expression, catalog: Catalog) -> exp.Express
     names (which part would be the data set?). The table name itself is checked
     against the catalog later, as for any query; the implicit alias of ``PUMS.PUMS`` is
     ``PUMS``, as in SQL.
+
+    ``main`` is accepted as well: it is the one schema dpsql's SQLAlchemy dialect
+    reflects (``Inspector.default_schema_name``, ``get_schema_names()``), so SQLAlchemy
+    Core over a reflected table, jupysql's ``--schema main`` and DuckDB habits write
+    ``main.pums``. It names the catalog's own namespace, never a table of the database
+    outside the catalog: the name that remains is looked up in the catalog like any.
     """
     tables = [t for t in expression.find_all(exp.Table)
               if t.args.get("db") is not None or t.args.get("catalog") is not None]
@@ -118,18 +129,18 @@ def qualified_names(expression: exp.Expression, catalog: Catalog) -> exp.Express
         db = table.args.get("db")
         if db is None:
             continue
-        if not isinstance(db, exp.Identifier) or db.name.lower() != dataset:
+        if not isinstance(db, exp.Identifier) or db.name.lower() not in (dataset, SCHEMA):
             raise UnsupportedQueryError(
                 f"qualified table name {table.sql(dialect='duckdb')[:80]!r}: the catalog "
-                f"holds the data set {dataset!r} only; name its tables unqualified or as "
-                f"{dataset}.table")
+                f"holds the data set {dataset!r} only; name its tables unqualified, as "
+                f"{dataset}.table or as {SCHEMA}.table")
         table.set("db", None)
     for col in expression.find_all(exp.Column):
         db = col.args.get("db")
         if db is None:
             continue
         if col.args.get("catalog") is not None or not isinstance(db, exp.Identifier) or (
-                db.name.lower() != dataset):
+                db.name.lower() not in (dataset, SCHEMA)):
             raise UnsupportedQueryError(
                 f"column reference {col.sql(dialect='duckdb')[:80]!r}: qualify a column "
                 f"with its table (or {dataset}.table), nothing else")
@@ -439,5 +450,5 @@ def _shown(node: exp.Expression, limit: int = 60) -> str:
 #: The passes in the order they run.
 PASSES: tuple[Callable[[exp.Expression, Catalog], exp.Expression], ...] = (
     qualified_names, join_using, group_by_all, aggregate_filter, aggregate_spellings,
-    starts_with,
+    starts_with, *CLIENT_PASSES,
 )

@@ -1,0 +1,289 @@
+"""Normalisation passes for the SQL that BI tools and notebooks send around a query.
+
+Part of :mod:`dpsql.normalize` (its :data:`~dpsql.normalize.PASSES` run these after its
+own): each pass rewrites one client spelling into SQL the rest of the pipeline already
+answers, and says why the two mean the same. The output goes through the validator,
+analysis and the output check like any query; nothing here is trusted or widens what
+can be released.
+
+* :func:`released_rows` -- Superset's and Metabase's ``SELECT * FROM (<query>) AS
+  virtual_table LIMIT 1000``, ibis's top-k, jupysql's ``--with`` snippets and a CTE
+  aggregate filtered outside: an outer query that only projects, filters, orders or
+  limits an aggregate's released rows becomes that aggregate's own outer expressions,
+  HAVING, ORDER BY and LIMIT, which post-processing evaluates on released rows.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.catalog import Catalog
+from dpsql.errors import UnknownColumnError, UnsupportedQueryError
+
+# -- an outer query over an aggregate's released rows ------------------------------------
+
+
+def released_rows(expression: exp.Expression, catalog: Catalog | None) -> exp.Expression:
+    """``SELECT f(cols) FROM (<aggregate query>) AS t WHERE p ORDER BY o LIMIT n``
+    as the aggregate query with ``f`` in its select list and ``p``, ``o``, ``n`` in its
+    HAVING, ORDER BY and LIMIT.
+
+    Why this is post-processing. The inner query is an aggregate (it has a GROUP BY or
+    an aggregate in its own select list), so dpsql releases its rows with DP, and the
+    outer query is a function of that released table only:
+
+    * its FROM is that one derived table (or the one CTE it names), with no join, so
+      every column it names is resolved here to one of the inner query's output
+      columns, by name, and is replaced by that output's expression: a name that is not
+      an output column is refused (:class:`~dpsql.errors.UnknownColumnError`), never
+      looked up in a catalog table;
+    * it has no aggregate, GROUP BY, HAVING, DISTINCT, window, subquery or EXISTS of
+      its own (any of them is refused here, before the charge, when the inner query
+      aggregates): nothing in it reads a row other than a released one, and nothing
+      in it combines released rows (an outer aggregate over the released table would
+      be post-processing too, but it is another query shape, refused for now);
+    * the result is an aggregate query of the language dpsql already answers: the outer
+      filter joins the inner HAVING (``HAVING h AND p``), the outer order and limit
+      replace the inner ones, the outer select list projects expressions of the inner
+      outputs. dpsql evaluates HAVING, ORDER BY, LIMIT and expressions over aggregates
+      and group keys in post-processing, on the noisy values and released keys only
+      (:mod:`dpsql.postprocess`), so the rewritten query releases exactly the rows the
+      outer query would compute from the released table, and is analysed, bounded,
+      charged and checked like any query the analyst could write directly.
+
+    The rewrite is exact SQL: a WHERE over a derived table's columns is a HAVING over the
+    expressions they stand for (the inner rows are its groups), ORDER BY/LIMIT of the
+    outer query apply to the same rows. Two cases are not exact and are refused: an
+    outer filter or order over an inner LIMIT/OFFSET (the inner limit picks the rows
+    first), and a LIMIT or OFFSET that is not a whole-number literal. Inner and outer
+    LIMIT/OFFSET combine (``OFFSET a LIMIT b`` then ``OFFSET c LIMIT d`` is ``OFFSET
+    a + c LIMIT min(d, b − c)``). An inner ORDER BY without a LIMIT is kept unless the
+    outer query orders. Nested wrappers are unwrapped one after another.
+
+    A query whose inner table does not aggregate (a row-level derived table) or whose
+    outer query aggregates (over a per-user derived table) is left as it is: the
+    analysis answers those (:mod:`dpsql.analyze.derived`).
+    """
+    if not isinstance(expression, exp.Select):
+        return expression
+    while True:
+        flat = _flatten(expression)
+        if flat is None:
+            return expression
+        expression = flat
+
+
+def _flatten(outer: exp.Select) -> exp.Select | None:
+    from_ = outer.args.get("from_")
+    if from_ is None or outer.args.get("joins"):
+        return None
+    source = from_.this
+    with_ = outer.args.get("with_")
+    ctes = list(with_.expressions) if with_ is not None else []
+    cte = None
+    if isinstance(source, exp.Subquery) and isinstance(source.this, exp.Select):
+        inner = released_rows(source.this, None)  # a wrapper of a wrapper: inside first
+        alias = source.alias
+    elif isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier) \
+            and not source.args.get("db"):
+        cte = next((c for c in ctes if c.alias_or_name.lower() == source.name.lower()), None)
+        if cte is None or not isinstance(cte.this, exp.Select):
+            return None
+        inner = released_rows(cte.this, None)
+        alias = source.alias or source.name
+    else:
+        return None
+    if not _aggregates(inner) or _own_aggregates(outer) or outer.args.get("group") \
+            or outer.args.get("having"):
+        return None  # a row-level derived table, or an outer aggregate: analysis decides
+    _check_outer(outer)
+    outputs = _outputs(inner)
+    flat = inner.copy()
+    if cte is not None:
+        # the flattened CTE stays only if another WITH table reads it
+        rest = [c.copy() for c in ctes if c is not cte or any(
+            t.name.lower() == cte.alias_or_name.lower()
+            for o in ctes if o is not cte for t in o.find_all(exp.Table))]
+        inner_with = flat.args.get("with_")
+        if inner_with is not None:
+            rest += [c.copy() for c in inner_with.expressions]
+        names = [c.alias_or_name.lower() for c in rest]
+        if len(names) != len(set(names)):
+            raise UnsupportedQueryError("two WITH tables have the same name")
+        flat.set("with_", exp.With(expressions=rest) if rest else None)
+    elif with_ is not None:
+        rest = [c.copy() for c in ctes]
+        inner_with = flat.args.get("with_")
+        if inner_with is not None:
+            rest += [c.copy() for c in inner_with.expressions]
+        names = [c.alias_or_name.lower() for c in rest]
+        if len(names) != len(set(names)):
+            raise UnsupportedQueryError("two WITH tables have the same name")
+        flat.set("with_", exp.With(expressions=rest))
+
+    def resolve(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
+            if node.table and node.table.lower() != (alias or "").lower():
+                raise UnknownColumnError(
+                    f"column {node.sql(dialect='duckdb')[:80]!r}: the outer query reads "
+                    f"only {alias!r}, the rows of the query inside it")
+            found = outputs.get(node.name.lower())
+            if found is None:
+                raise UnknownColumnError(
+                    f"column {node.name[:80]!r} is not an output of the query inside "
+                    f"{alias!r}; its outputs are {', '.join(sorted(outputs)) or 'unnamed'}")
+            if found is _AMBIGUOUS:
+                raise UnsupportedQueryError(
+                    f"column {node.name[:80]!r} names two outputs of the query inside "
+                    f"{alias!r}: give them different aliases")
+            return exp.paren(found.copy(), copy=False) if not isinstance(
+                found, exp.Column) else found.copy()
+        return node
+
+    items = []
+    for item in outer.expressions:
+        if isinstance(item, exp.Star) or (isinstance(item, exp.Column)
+                                          and isinstance(item.this, exp.Star)):
+            if isinstance(item, exp.Column) and item.table.lower() != (alias or "").lower():
+                raise UnknownColumnError(
+                    f"{item.sql(dialect='duckdb')[:80]!r}: the outer query reads only "
+                    f"{alias!r}")
+            items += [i.copy() for i in inner.expressions]
+            continue
+        body = item.this if isinstance(item, exp.Alias) else item
+        if isinstance(item, exp.Alias):
+            name, quoted = item.alias, item.args["alias"].quoted
+        elif isinstance(item, exp.Column):
+            name, quoted = item.name, item.this.quoted
+        else:
+            name, quoted = item.sql(dialect="duckdb", comments=False), True
+        value = body.copy().transform(resolve)
+        if isinstance(value, exp.Paren):
+            value = value.this
+        if len(name) <= 128:
+            items.append(exp.alias_(value, name, quoted=quoted))
+        else:
+            items.append(value)
+    inner_names = {c.name.lower() for c in inner.find_all(exp.Column)}
+    for item in items:
+        name = item.alias_or_name.lower()
+        same = outputs.get(name)
+        body = item.this if isinstance(item, exp.Alias) else item
+        if name in inner_names and not (
+                (isinstance(body, exp.Column) and body.name.lower() == name)
+                or (same is not None and same is not _AMBIGUOUS and same == body)):
+            # HAVING, ORDER BY or GROUP BY of the written-out query could bind the name
+            # to this output instead of the column it names inside: never rebind
+            raise UnsupportedQueryError(
+                f"output name {item.alias[:80]!r} is also a column of the query inside "
+                f"{alias!r}: choose another alias")
+    flat.set("expressions", items)
+    where = outer.args.get("where")
+    order = outer.args.get("order")
+    if (where is not None or order is not None) and (
+            inner.args.get("limit") or inner.args.get("offset")):
+        raise UnsupportedQueryError(
+            f"the query inside {alias!r} has a LIMIT or OFFSET: the outer WHERE or ORDER "
+            "BY would apply after it; filter and order inside (HAVING, ORDER BY) instead")
+    if where is not None:
+        condition = where.this.copy().transform(resolve)
+        having = flat.args.get("having")
+        if having is not None:
+            condition = exp.and_(exp.paren(having.this.copy()), exp.paren(condition))
+        flat.set("having", exp.Having(this=condition))
+    if order is not None:
+        # ORDER BY may name an output of the outer query itself (SQL binds those first)
+        mine = {i.alias.lower() for i in items if isinstance(i, exp.Alias)}
+        flat.set("order", order.copy().transform(
+            lambda n: n if isinstance(n, exp.Column) and not n.table
+            and n.name.lower() in mine else resolve(n)))
+    _combine_limits(flat, inner, outer)
+    return flat
+
+
+_AMBIGUOUS = exp.Null()
+
+
+def _outputs(inner: exp.Select) -> dict[str, exp.Expression]:
+    """The inner query's output names and the expressions they stand for."""
+    found: dict[str, exp.Expression] = {}
+    for item in inner.expressions:
+        if isinstance(item, exp.Star) or (isinstance(item, exp.Column)
+                                          and isinstance(item.this, exp.Star)):
+            raise UnsupportedQueryError(
+                "the query inside an outer query selects *: name its columns")
+        name = item.alias_or_name.lower()
+        if not name:
+            continue  # an unnamed expression: SELECT * keeps it, a name cannot reach it
+        body = item.this if isinstance(item, exp.Alias) else item
+        found[name] = _AMBIGUOUS if name in found else body
+    return found
+
+
+def _aggregates(select: exp.Select) -> bool:
+    return bool(select.args.get("group")) or _own_aggregates(select)
+
+
+def _own_aggregates(select: exp.Select) -> bool:
+    return any(isinstance(n, exp.AggFunc) and n.find_ancestor(exp.Select) is select
+               for item in select.expressions for n in item.walk())
+
+
+def _check_outer(outer: exp.Select) -> None:
+    """Refuses what would make the outer query read more than the released rows."""
+    if outer.args.get("distinct"):
+        raise UnsupportedQueryError(
+            "SELECT DISTINCT over an aggregate's rows is not supported: the rows are "
+            "already one per group")
+    for key in ("laterals", "windows", "qualify", "sample", "into", "locks", "kind",
+                "settings"):
+        if outer.args.get(key):
+            raise UnsupportedQueryError(
+                f"{key.upper()} is not supported in a query over an aggregate's rows")
+    from_ = outer.args["from_"]
+    for part in [*outer.expressions, outer.args.get("where"), outer.args.get("order")]:
+        if part is None:
+            continue
+        for node in part.walk():
+            if isinstance(node, exp.Window):
+                raise UnsupportedQueryError(
+                    "a window function (OVER) over an aggregate's released rows is not "
+                    "supported: order and limit them with ORDER BY and LIMIT")
+            if isinstance(node, exp.Select | exp.Subquery | exp.Exists) and \
+                    not node.find_ancestor(exp.From) is from_:
+                raise UnsupportedQueryError(
+                    "a subquery in a query over an aggregate's released rows is not "
+                    "supported: it could read rows that were not released")
+
+
+def _combine_limits(flat: exp.Select, inner: exp.Select, outer: exp.Select) -> None:
+    """``OFFSET a LIMIT b`` (inner) then ``OFFSET c LIMIT d`` (outer), as one."""
+    a = _whole(inner, "offset") or 0
+    b = _whole(inner, "limit")
+    c = _whole(outer, "offset") or 0
+    d = _whole(outer, "limit")
+    if outer.args.get("order") is not None:
+        # the outer order replaces the inner one; an inner limit was refused above
+        a, b = 0, None
+    limit = d if b is None else (max(b - c, 0) if d is None else min(d, max(b - c, 0)))
+    offset = a + c
+    flat.set("limit", exp.Limit(expression=exp.Literal.number(limit))
+             if limit is not None else None)
+    flat.set("offset", exp.Offset(expression=exp.Literal.number(offset)) if offset else None)
+
+
+def _whole(select: exp.Select, key: str) -> int | None:
+    node = select.args.get(key)
+    if node is None:
+        return None
+    value = node.expression
+    if not (isinstance(value, exp.Literal) and not value.is_string
+            and value.this.isdigit() and len(value.this) <= 18):
+        raise UnsupportedQueryError(
+            f"{key.upper()} of a query over an aggregate's rows must be a whole-number "
+            "literal")
+    return int(value.this)
+
+
+#: The passes in the order they run (after :data:`dpsql.normalize.PASSES`' own).
+PASSES = (released_rows,)
