@@ -6,6 +6,10 @@ answers, and says why the two mean the same. The output goes through the validat
 analysis and the output check like any query; nothing here is trusted or widens what
 can be released.
 
+* :func:`constants` -- ``CURRENT_DATE``, ``CURRENT_TIMESTAMP``, ``NOW()``, ``PI()`` as
+  the literal they stand for, computed once, in Python, before the charge;
+* :func:`whole_table_windows` -- jupysql's ``percentile_disc(p) WITHIN GROUP (ORDER BY
+  x) OVER ()`` over a table without GROUP BY as the whole-table aggregate;
 * :func:`released_rows` -- Superset's and Metabase's ``SELECT * FROM (<query>) AS
   virtual_table LIMIT 1000``, ibis's top-k, jupysql's ``--with`` snippets and a CTE
   aggregate filtered outside: an outer query that only projects, filters, orders or
@@ -14,6 +18,9 @@ can be released.
 """
 
 from __future__ import annotations
+
+import datetime
+import math
 
 from sqlglot import exp
 
@@ -285,5 +292,106 @@ def _whole(select: exp.Select, key: str) -> int | None:
     return int(value.this)
 
 
+# -- public constants ----------------------------------------------------------------------
+
+
+def constants(expression: exp.Expression, catalog: Catalog | None,
+              now: datetime.datetime | None = None) -> exp.Expression:
+    """``CURRENT_DATE``, ``CURRENT_TIMESTAMP``, ``NOW()``, ``TODAY()``, ``PI()`` as literals.
+
+    Each is a public constant: it does not depend on the data. dpsql reads the clock
+    once per query, here, before anything is charged, and writes the value into the
+    query as a literal (``CAST('2026-11-26' AS DATE)``, ``CAST('2026-11-26
+    17:40:31.123456' AS TIMESTAMP)``, ``CAST(3.141592653589793 AS DOUBLE)``), so that
+    every backend, and the analysis that derives bounds and domains, sees the same value,
+    and no backend evaluates a clock after the charge. The time is this machine's local
+    wall-clock time, as DuckDB's own ``CURRENT_DATE`` gives it in its default time zone;
+    ``CURRENT_TIMESTAMP`` becomes a ``TIMESTAMP`` without time zone (group keys and
+    comparisons with ``TIMESTAMP`` columns need no zone). An unnamed output keeps the
+    name the analyst wrote (``current_date``).
+    """
+    if not isinstance(expression, exp.Select):
+        return expression
+
+    def constant(node: exp.Expression) -> bool:
+        if isinstance(node, exp.CurrentDate | exp.CurrentTimestamp | exp.Pi):
+            return not any(v is not None for v in node.args.values())
+        return isinstance(node, exp.Anonymous) and isinstance(node.this, str) and (
+            node.this.upper() in ("NOW", "TODAY")) and not node.expressions
+
+    if not any(constant(n) for n in expression.walk()):
+        return expression
+    now = now or datetime.datetime.now()
+    expression = expression.copy()
+    for select in expression.find_all(exp.Select):
+        _keep_names(select, constant)
+
+    def literal(node: exp.Expression) -> exp.Expression:
+        if not constant(node):
+            return node
+        name = node.this.upper() if isinstance(node, exp.Anonymous) else None
+        if isinstance(node, exp.CurrentDate) or name == "TODAY":
+            return exp.cast(exp.Literal.string(now.date().isoformat()), "DATE")
+        if isinstance(node, exp.Pi):
+            return exp.cast(exp.Literal.number(repr(math.pi)), "DOUBLE")
+        return exp.cast(exp.Literal.string(now.isoformat(sep=" ")), "TIMESTAMP")
+
+    return expression.transform(literal)
+
+
+def _keep_names(select: exp.Select, rewritten) -> None:
+    from dpsql.normalize import _keep_names as keep  # normalize imports this module
+
+    keep(select, rewritten)
+
+
+# -- an aggregate OVER () over a whole table ---------------------------------------------
+
+
+def whole_table_windows(expression: exp.Expression, catalog: Catalog | None) -> exp.Expression:
+    """``SELECT percentile_disc(p) WITHIN GROUP (ORDER BY x) OVER () FROM t`` as the
+    aggregate ``SELECT percentile_disc(p) WITHIN GROUP (ORDER BY x) FROM t``.
+
+    jupysql's ``%sqlplot boxplot`` asks for its quartiles this way. Why this is a
+    whole-table aggregate and not a window over private rows: a window with no PARTITION
+    BY, no ORDER BY and no frame is the whole input for every row, so an aggregate over
+    it has one value, the aggregate of all rows, on every row. Exactly when the query
+    has no GROUP BY, HAVING or aggregate outside a window, and every output is built from
+    such windows and constants (no column outside them), all its rows are that one
+    row repeated, once per input row. dpsql answers that row once, with DP, as the
+    aggregate query (how many times it repeats is the table's row count, private, and
+    never released); ``SELECT DISTINCT`` over it is the same single row. Any other
+    window (a PARTITION BY, an ORDER BY, a frame, a ranking function, a column next to
+    the window) is left as it is, and refused by the validator.
+    """
+    if not isinstance(expression, exp.Select):
+        return expression
+    windows = [w for w in expression.find_all(exp.Window)
+               if w.find_ancestor(exp.Select) is expression]
+    if not windows or expression.args.get("group") or expression.args.get("having") \
+            or expression.args.get("qualify") or expression.args.get("windows"):
+        return expression
+    for w in windows:
+        agg = w.this.this if isinstance(w.this, exp.WithinGroup) else w.this
+        if (w.args.get("partition_by") or w.args.get("order") or w.args.get("spec")
+                or w.args.get("alias") or not isinstance(agg, exp.AggFunc)
+                or w.find_ancestor(exp.Window, exp.AggFunc) is not None):
+            return expression
+    for item in expression.expressions:
+        for node in item.walk():
+            outside = node.find_ancestor(exp.Window) is None and not isinstance(
+                node, exp.Window)
+            if outside and (isinstance(node, exp.Column | exp.Star | exp.AggFunc)
+                            or isinstance(node, exp.Select | exp.Subquery)):
+                return expression
+    expression = expression.copy()
+    _keep_names(expression, lambda n: isinstance(n, exp.Window))
+    for w in [w for w in expression.find_all(exp.Window)
+              if w.find_ancestor(exp.Select) is expression]:
+        w.replace(w.this)
+    expression.set("distinct", None)
+    return expression
+
+
 #: The passes in the order they run (after :data:`dpsql.normalize.PASSES`' own).
-PASSES = (released_rows,)
+PASSES = (constants, whole_table_windows, released_rows)

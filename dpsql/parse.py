@@ -15,6 +15,8 @@ T-SQL's ``TOP n`` (SmartNoise SQL's users write it) is read as the ``LIMIT n`` i
 
 from __future__ import annotations
 
+import functools
+
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
@@ -75,7 +77,49 @@ def parse_statements(sql: str, dialect: str | type[Dialect] = READ_DIALECT) -> l
     statements = [s for s in dialect.parser().parse(tokens, sql) if s is not None]
     if top is not None and statements:
         _apply_top(statements[0], top)
+    _spell(tokens, statements, dialect)
     return statements
+
+
+def _spell(tokens: list[Token], statements: list[exp.Expression], dialect: Dialect) -> None:
+    """Records on each function node the name the analyst wrote, for messages.
+
+    sqlglot reads several spellings as one node (``strftime`` as TimeToStr, ``LISTAGG``
+    and ``STRING_AGG`` as GroupConcat), and writes the node under its own name: a
+    refusal would name a function the analyst never wrote. The names written before a
+    ``(`` are matched to the node class each one parses to; the node keeps the first
+    such name in ``meta["spelled"]``. Only messages read it.
+    """
+    names: dict[type, str] = {}
+    for token, after in zip(tokens, tokens[1:], strict=False):
+        if after.token_type == TokenType.L_PAREN and len(token.text) <= 64:
+            kind = _spelled_class(token.text.upper(), dialect)
+            if kind is not None:
+                names.setdefault(kind, token.text)
+    if not names:
+        return
+    for statement in statements:
+        for node in statement.walk():
+            spelled = names.get(type(node))
+            if spelled is not None and not isinstance(node, exp.Anonymous):
+                node.meta["spelled"] = spelled
+
+
+@functools.lru_cache(maxsize=512)
+def _spelled_class(name: str, dialect: Dialect) -> type | None:
+    """The node class ``name(...)`` parses to, when that is not plainly ``name``."""
+    if not name.replace("_", "").isalnum():
+        return None
+    for args in ("", "a", "a, 'b'", "a, 'b', 'c'"):
+        try:
+            tree = sqlglot.parse_one(f"SELECT {name}({args}) FROM t", read=dialect)
+        except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, ValueError):
+            continue
+        first = tree.expressions[0] if isinstance(tree, exp.Select) and tree.expressions \
+            else None
+        if isinstance(first, exp.Func) and not isinstance(first, exp.Anonymous):
+            return None if first.sql_name().upper() == name else type(first)
+    return None
 
 
 def _lift_top(tokens: list[Token]) -> tuple[list[Token], Token | None]:

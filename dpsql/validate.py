@@ -273,7 +273,7 @@ def _check_node(node: exp.Expression, root: exp.Select) -> None:
         raise UnsupportedQueryError(
             "scalar subqueries and EXISTS are not supported: use a JOIN or IN (SELECT ...)")
     if not isinstance(node, _ALLOWED):
-        raise UnsupportedQueryError(f"{_describe(node)} is not supported")
+        raise UnsupportedQueryError(f"{_describe(node)} is not supported{_instead(node)}")
     if isinstance(node, OUTER_FUNCTIONS) and (
             node.find_ancestor(exp.Select) is not root
             or node.find_ancestor(*AGGREGATES) is not None
@@ -349,15 +349,53 @@ _SELECT_PARTS = {
 }
 
 
+#: What to write instead of a refused function, by the name the analyst wrote.
+_INSTEAD = {
+    **dict.fromkeys(
+        ("LISTAGG", "STRING_AGG", "GROUP_CONCAT", "STRINGAGG", "ARRAY_AGG", "LIST",
+         "ARRAY_TO_STRING", "HISTOGRAM", "MODE", "FIRST", "LAST", "ANY_VALUE", "ARG_MAX",
+         "ARG_MIN", "MAX_BY", "MIN_BY"),
+        "it would release raw values: GROUP BY the column and COUNT(*) each value"),
+    **dict.fromkeys(("TO_CHAR", "DATE_FORMAT", "TIME_TO_STR"),
+                    "write strftime(d, '%Y-%m') with a constant format"),
+    **dict.fromkeys(("DATE_PART", "DATEPART"), "write EXTRACT(part FROM d)"),
+    **dict.fromkeys(("RANDOM", "RAND", "UUID", "GEN_RANDOM_UUID", "SETSEED"),
+                    "dpsql adds the randomness itself"),
+    **dict.fromkeys(("E", "TAU"), "write the number as a literal"),
+}
+
+
+def _instead(node: exp.Expression) -> str:
+    """``: <what to write instead>`` for a refused construct, or ''."""
+    if isinstance(node, exp.Exists):
+        return (": use a JOIN, or IN (SELECT ...) over a public table; whether rows "
+                "exist is answered by COUNT(*), with noise")
+    if isinstance(node, exp.Anonymous):
+        name = str(node.this).upper()
+    elif isinstance(node, exp.Func):
+        name = str(node.meta.get("spelled") or node.sql_name()).upper()
+    else:
+        return ""
+    if name in _INSTEAD:
+        return f": {_INSTEAD[name]}"
+    if isinstance(node, exp.AggFunc):
+        return (": the aggregates answered are COUNT, SUM, AVG, VARIANCE, STDDEV, MEDIAN, "
+                "QUANTILE, PERCENTILE_CONT/DISC, MIN and MAX")
+    return ""
+
+
 def _describe(node: exp.Expression) -> str:
     """Names a construct for an error message without echoing long user input."""
     if isinstance(node, exp.IgnoreNulls | exp.RespectNulls) and node.this is not None:
         return _describe(node.this)
     if isinstance(node, exp.Anonymous):
         return f"function {str(node.this).upper()}()"
+    if isinstance(node, exp.Exists):
+        return "EXISTS (subquery)"
     if isinstance(node, exp.Func) and not isinstance(node, exp.Table):
-        name = node.sql_name() if hasattr(node, "sql_name") else node.key
-        return f"function {name}()" if isinstance(node, exp.Func) else name
+        # the name the analyst wrote (dpsql.parse records it): sqlglot reads strftime
+        # as TIME_TO_STR and LISTAGG as GROUP_CONCAT
+        return f"function {node.meta.get('spelled') or node.sql_name()}()"
     if isinstance(node, exp.Window):
         return "window function (OVER)"
     if isinstance(node, exp.Command):
