@@ -6,6 +6,9 @@ answers, and says why the two mean the same. The output goes through the validat
 analysis and the output check like any query; nothing here is trusted or widens what
 can be released.
 
+* :func:`parenthesised_tables` -- ``FROM (t) AS c`` and ``FROM (a JOIN b USING (k))``
+  (SmartNoise SQL's tests write both) as the tables and joins they bracket; runs
+  first, so the other passes see plain joins;
 * :func:`constants` -- ``CURRENT_DATE``, ``CURRENT_TIMESTAMP``, ``NOW()``, ``PI()`` as
   the literal they stand for, computed once, in Python, before the charge;
 * :func:`whole_table_windows` -- jupysql's ``percentile_disc(p) WITHIN GROUP (ORDER BY
@@ -292,6 +295,57 @@ def _whole(select: exp.Select, key: str) -> int | None:
     return int(value.this)
 
 
+# -- parenthesised tables and joins ---------------------------------------------------------
+
+
+def parenthesised_tables(expression: exp.Expression, catalog: Catalog | None) -> exp.Expression:
+    """``FROM (t) AS c`` as ``FROM t AS c``; ``FROM (a JOIN b ON p) JOIN c`` as ``FROM a
+    JOIN b ON p JOIN c``.
+
+    Brackets around one table name that table: with an alias outside, the table takes
+    that alias (an alias inside as well is refused: which one would name it?). Brackets
+    around joins in the first FROM position change nothing either: SQL joins left to
+    right, so ``(a ⋈ b) ⋈ c`` is ``a ⋈ b ⋈ c`` for every join type. Only unaliased
+    bracketed joins are written out (an alias would hide the inner tables' names, which
+    is another scope), and only first in FROM (``a LEFT JOIN (b JOIN c)`` is not
+    ``a LEFT JOIN b JOIN c``); anything else is left for the validator to refuse.
+    """
+    if not isinstance(expression, exp.Select):
+        return expression
+    if not any(isinstance(s.this, exp.Table) for s in expression.find_all(exp.Subquery)):
+        return expression
+    expression = expression.copy()
+    for sub in list(expression.find_all(exp.Subquery)):
+        table = sub.this
+        if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
+            continue
+        joins = table.args.get("joins") or []
+        alias = sub.args.get("alias")
+        if not joins:
+            if alias is not None and table.alias:
+                raise UnsupportedQueryError(
+                    f"table {table.name[:80]!r} has two aliases, {table.alias[:80]!r} inside "
+                    f"the brackets and {alias.name[:80]!r} outside: keep one")
+            plain = table.copy()
+            if alias is not None:
+                if alias.args.get("columns"):
+                    continue  # renamed columns: left to the validator
+                plain.set("alias", alias.copy())
+            sub.replace(plain)
+            continue
+        holder = sub.parent
+        select = holder.parent if isinstance(holder, exp.From) else None
+        if alias is not None or not isinstance(select, exp.Select) or any(
+                isinstance(j.this, exp.Subquery) and isinstance(j.this.this, exp.Table)
+                and j.this.this.args.get("joins") for j in joins):
+            continue
+        first = table.copy()
+        first.set("joins", None)
+        select.set("from_", exp.From(this=first))
+        select.set("joins", [j.copy() for j in joins] + list(select.args.get("joins") or []))
+    return expression
+
+
 # -- public constants ----------------------------------------------------------------------
 
 
@@ -395,3 +449,5 @@ def whole_table_windows(expression: exp.Expression, catalog: Catalog | None) -> 
 
 #: The passes in the order they run (after :data:`dpsql.normalize.PASSES`' own).
 PASSES = (constants, whole_table_windows, released_rows)
+#: The pass that runs before :data:`dpsql.normalize.PASSES`' own.
+FIRST = (parenthesised_tables,)

@@ -25,6 +25,16 @@ class DpsqlError(Exception):
     #: Whether the query that raised it was charged against the budget.
     charged = False
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython and Jupyter show for this error: its one-line message.
+
+        IPython's protocol for exceptions that carry their own display: a refusal is a
+        message to the analyst, not a bug, and a notebook cell that raised it (jupysql's
+        ``%sqlcmd profile``, ``%sqlplot``) shows that line instead of a traceback
+        through the client's code. Python's own traceback printing is unchanged.
+        """
+        return [f"{type(self).__name__}: {self}"]
+
 
 class CatalogError(DpsqlError):
     """The catalog is malformed or inconsistent (names the table, column and problem)."""

@@ -11,6 +11,7 @@ naming what the user wrote.
 
 The passes, in order (:data:`PASSES`):
 
+* :func:`~dpsql.client_sql.parenthesised_tables` -- ``FROM (t) AS c``, ``FROM (a JOIN b)``;
 * :func:`qualified_names` -- ``PUMS.PUMS`` (SmartNoise's ``schema.table``) as ``PUMS``;
 * :func:`join_using` -- ``JOIN t USING (c)`` as ``JOIN t ON a.c = t.c``;
 * :func:`group_by_all` -- ``GROUP BY ALL`` as the positions it stands for;
@@ -36,6 +37,7 @@ from collections.abc import Callable
 from sqlglot import exp
 
 from dpsql.catalog import Catalog
+from dpsql.client_sql import FIRST as CLIENT_FIRST
 from dpsql.client_sql import PASSES as CLIENT_PASSES
 from dpsql.errors import UnknownColumnError, UnknownTableError, UnsupportedQueryError
 from dpsql.limits import DEFAULT, Limits
@@ -449,6 +451,6 @@ def _shown(node: exp.Expression, limit: int = 60) -> str:
 
 #: The passes in the order they run.
 PASSES: tuple[Callable[[exp.Expression, Catalog], exp.Expression], ...] = (
-    qualified_names, join_using, group_by_all, aggregate_filter, aggregate_spellings,
-    starts_with, *CLIENT_PASSES,
+    *CLIENT_FIRST, qualified_names, join_using, group_by_all, aggregate_filter,
+    aggregate_spellings, starts_with, *CLIENT_PASSES,
 )

@@ -57,6 +57,7 @@ from sqlalchemy.sql import compiler
 
 import dpsql
 from dpsql import dbapi as _dbapi
+from dpsql.errors import DpsqlError
 from dpsql.ledger import CATALOG_ENV
 
 #: Catalog type → SQLAlchemy type reported by reflection.
@@ -139,6 +140,26 @@ class DpsqlDuckDBDialect(default.DefaultDialect):
     implicit_returning = False
     insert_returning = update_returning = delete_returning = False
     max_identifier_length = 255
+
+    @classmethod
+    def engine_created(cls, engine) -> None:
+        """Gives SQLAlchemy's wrapper of a dpsql error the error's one-line display.
+
+        SQLAlchemy re-raises a driver error as ``sqlalchemy.exc.ProgrammingError`` (and
+        kin) with the statement appended; IPython shows such an error from a client that
+        does not catch it (jupysql's ``%sqlcmd profile``, ``%sqlplot``) as a traceback of
+        a few hundred lines. The wrapper keeps its class, message and chain; it only gets
+        the ``_render_traceback_`` of the dpsql error it wraps
+        (:meth:`dpsql.errors.DpsqlError._render_traceback_`).
+        """
+        from sqlalchemy import event
+
+        @event.listens_for(engine, "handle_error")
+        def _one_line(context) -> None:
+            original = context.original_exception
+            wrapper = context.sqlalchemy_exception
+            if isinstance(original, DpsqlError) and wrapper is not None:
+                wrapper._render_traceback_ = original._render_traceback_
 
     @classmethod
     def import_dbapi(cls):

@@ -43,7 +43,7 @@ SCALAR_FUNCTIONS: tuple[type[exp.Expression], ...] = (
     exp.Substring, exp.Year, exp.Month, exp.Day, exp.Extract, exp.Nullif, exp.DPipe,
     exp.Concat, exp.Sign, exp.Sqrt, exp.Ln, exp.Exp, exp.TimestampTrunc, exp.DateTrunc,
     exp.Quarter, exp.Week, exp.WeekOfYear, exp.DayOfWeek, exp.DayOfMonth, exp.DayOfYear,
-    exp.Left, exp.Right, exp.Trim, exp.Replace,
+    exp.Left, exp.Right, exp.Trim, exp.Replace, exp.Dayname, exp.Monthname, exp.TimeToStr,
 )
 
 #: Non-function nodes allowed anywhere.
@@ -153,6 +153,13 @@ def _check_payload(node: exp.Expression, root: exp.Select, limits: Limits) -> No
             raise UnsupportedQueryError(
                 f"type parameters of {_short(node.sql(dialect='duckdb'))!r} must be whole "
                 "numbers from 0 to 38 (DECIMAL(p, s))")
+    elif isinstance(node, exp.TimeToStr):
+        _check_format(node)
+    elif isinstance(node, exp.Dayname | exp.Monthname):
+        if node.args.get("abbreviated"):
+            raise UnsupportedQueryError(
+                f"{node.sql_name().lower()}() takes one date; for the short name write "
+                "strftime(d, '%a') or strftime(d, '%b')")
     elif isinstance(node, exp.DataTypeParam):
         if not isinstance(node.parent, exp.DataType):
             raise UnsupportedQueryError("type parameters are allowed only in a type")
@@ -227,6 +234,31 @@ def _check_part(node: exp.Expression) -> None:
                                                                   amount.name.strip())):
             raise UnsupportedQueryError(
                 "an INTERVAL's amount must be a whole-number literal (INTERVAL 3 DAY)")
+
+
+#: strftime's format: a constant made of these specifiers (each writes a number or a
+#: name of bounded length whatever the date) and plain separators. sqlglot translates
+#: it for each backend (PostgreSQL's to_char, Spark's date_format).
+FORMAT = re.compile(r"(%[YmdHMSjaAbByeUWuwpIGVFTD%]|[-/ :.,T_])+")
+#: Longest format accepted: with the longest specifier (%Y of an extreme date, 8
+#: characters) the value stays a short text.
+MAX_FORMAT = 32
+
+
+def _check_format(node: exp.TimeToStr) -> None:
+    """strftime(d, '<format>'): a constant format of :data:`FORMAT`, nothing else."""
+    fmt = node.args.get("format")
+    if node.args.get("culture") is not None or node.args.get("zone") is not None:
+        raise UnsupportedQueryError("strftime takes a date and a format, nothing else")
+    if not (isinstance(fmt, exp.Literal) and fmt.is_string and len(fmt.this) <= MAX_FORMAT
+            and FORMAT.fullmatch(fmt.this)):
+        shown = _short(fmt.this if isinstance(fmt, exp.Literal) else fmt.sql(
+            dialect="duckdb")) if fmt is not None else "none"
+        raise UnsupportedQueryError(
+            f"strftime format {shown!r} is not supported: write a constant of at most "
+            f"{MAX_FORMAT} characters made of %Y %m %d %H %M %S %j %a %A %b %B %y %e %U "
+            "%W %u %w %p %I %G %V %F %T %D and the separators - / : . , T _ (e.g. "
+            "strftime(d, '%Y-%m'))")
 
 
 _NUMBER = re.compile(r"[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-]?[0-9]+)?")

@@ -445,9 +445,53 @@ _SQLITE_UNITS = {"DAY": "days", "MONTH": "months", "YEAR": "years", "HOUR": "hou
                  "MINUTE": "minutes", "SECOND": "seconds"}
 
 
+def _sqlite_trunc(unit: str, value: exp.Expression, family: str | None) -> exp.Expression:
+    """``DATE_TRUNC(unit, x)`` in SQLite's date functions, as text of ``x``'s own form.
+
+    SQLite holds dates as ISO text and compares them as text, so the truncated value
+    keeps the form of its input: ``DATE(d, 'start of month')`` writes ``YYYY-MM-01`` for
+    a DATE (equal to ``DATE '2024-03-01'`` as in DuckDB, where the TIMESTAMP that
+    ``date_trunc`` returns equals that DATE), ``DATETIME(t, 'start of month')`` and
+    ``STRFTIME('%Y-%m-%d %H:00:00', t)`` write ``YYYY-MM-DD HH:MM:SS`` for a timestamp
+    (what a TIMESTAMP column holds). A week starts on
+    Monday (ISO, as in DuckDB): ``weekday 0`` moves to the next Sunday (or stays on
+    one), six days back is that week's Monday. A quarter goes back ``(month − 1) % 3``
+    months from the first of the month. SQLite's date functions return NULL for text
+    that is not a date (or a year outside 0..9999) and never raise, so the translation
+    is total.
+    """
+    def call(name: str, *args: exp.Expression) -> exp.Expression:
+        return exp.Anonymous(this=name, expressions=list(args))
+
+    def text(t: str) -> exp.Expression:
+        return exp.Literal.string(t)
+
+    formats = {"HOUR": "%Y-%m-%d %H:00:00", "MINUTE": "%Y-%m-%d %H:%M:00",
+               "SECOND": "%Y-%m-%d %H:%M:%S"}
+    starts = {"YEAR": "start of year", "MONTH": "start of month", "DAY": "start of day"}
+    func = "DATE" if family == DATE else "DATETIME"
+    if unit in formats:
+        return call("STRFTIME", text(formats[unit] if func == "DATETIME" else "%Y-%m-%d"),
+                    value)
+    if unit in starts:
+        return call(func, value, text(starts[unit]))
+    if unit == "WEEK":
+        return call(func, value, text("start of day"), text("weekday 0"), text("-6 days"))
+    if unit == "QUARTER":
+        month = exp.Cast(this=call("STRFTIME", text("%m"), _copy(value)),
+                         to=exp.DataType.build("BIGINT"))
+        back = exp.Mod(this=exp.paren(exp.Sub(this=month, expression=exp.Literal.number(1))),
+                       expression=exp.Literal.number(3))
+        shift = exp.DPipe(this=exp.DPipe(this=text("-"), expression=exp.paren(back)),
+                          expression=text(" months"))
+        return call(func, value, text("start of month"), shift)
+    raise unsupported("SQLite", f"DATE_TRUNC with the unit {unit[:20]!r}")
+
+
 def sqlite_dates(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """Dates are ISO text in SQLite: YEAR(d) → ``CAST(STRFTIME('%Y', d) AS INTEGER)``,
-    ``d ± INTERVAL 'n' UNIT`` → ``DATE(d, '±n units')`` (DATETIME for timestamps)."""
+    ``d ± INTERVAL 'n' UNIT`` → ``DATE(d, '±n units')`` (DATETIME for timestamps),
+    ``DATE_TRUNC('month', d)`` → ``DATETIME(d, 'start of month')`` (:func:`_sqlite_trunc`)."""
     def part(unit: str, value: exp.Expression) -> exp.Expression:
         fmt = _SQLITE_PARTS.get(unit.upper())
         if fmt is None:
@@ -464,6 +508,10 @@ def sqlite_dates(expression: exp.Expression, ctx: Context) -> exp.Expression:
             return part(type(node).__name__, node.this)
         if isinstance(node, exp.Extract):
             return part(node.this.name, node.expression)
+        if isinstance(node, exp.TimestampTrunc | exp.DateTrunc):
+            unit = node.args.get("unit")
+            name = unit.name.upper() if isinstance(unit, exp.Var | exp.Literal) else ""
+            return _sqlite_trunc(name.rstrip("S"), node.this, ctx.family(node.this))
         if isinstance(node, exp.Add | exp.Sub) and isinstance(node.expression, exp.Interval):
             interval = node.expression
             unit = (interval.unit.name if interval.unit else "DAY").upper().rstrip("S")

@@ -879,7 +879,8 @@ class _Query:
                      f"LENGTH({x})", f"CAST({x} AS INTEGER)", f"{x} || 'x'", f"LEFT({x}, 1)"]
         else:
             forms = [f"YEAR({x})", f"MONTH({x})", f"EXTRACT(DOW FROM {x})",
-                     f"date_trunc('month', {x})", x, f"DAY({x})"]
+                     f"date_trunc('month', {x})", x, f"DAY({x})", f"dayname({x})",
+                     f"monthname({x})", f"strftime({x}, '%Y-%m')"]
         return self.pick(forms)
 
     def row_condition(self, s: Src, q: bool) -> str:
@@ -906,7 +907,8 @@ class _Query:
                 forms.append(f"{x} LIKE CONCAT(CASE WHEN {self.ref(s, s.uid, q)} = "
                              f"{self.uid_literal(s)} THEN '\\' ELSE '' END, 'a')")
         else:
-            forms = [f"{x} >= DATE '2000-06-01'", f"YEAR({x}) = 2000", f"{x} IS NOT NULL"]
+            forms = [f"{x} >= DATE '2000-06-01'", f"YEAR({x}) = 2000", f"{x} IS NOT NULL",
+                     f"dayname({x}) = 'Monday'", f"{x} < CURRENT_DATE"]
         if s.uid is not None:
             forms.append(f"{self.ref(s, s.uid, q)} <> {self.uid_literal(s)}")
         if subqueries and self.publics() and c.kind == "int":
@@ -969,6 +971,11 @@ class _Query:
             tail = self.pick(["", "", "", " HAVING a0 > 2", " ORDER BY a0 DESC LIMIT 3",
                               " ORDER BY 1"])
             sql += tail
+        if self.chance(0.15) and "LIMIT" not in sql:
+            # what BI tools send: the released rows filtered, ordered and limited outside
+            # (written out as HAVING/ORDER BY/LIMIT: dpsql.client_sql.released_rows)
+            sql = (f"SELECT * FROM ({sql}) AS virtual_table"
+                   + self.pick(["", " WHERE a0 > 1", " ORDER BY a0 DESC"]) + " LIMIT 1000")
         return sql
 
 

@@ -461,6 +461,9 @@ TS_LITS = ("TIMESTAMP '2000-01-01 00:00:00'", "TIMESTAMP '9999-12-31 23:59:59'",
 DIGITS = ("-1", "'-1'", "2", "'2'", "-40", "40", "'-40'", "2147483648", "-2147483649", "0")
 UNITS = ("'year'", "'month'", "'day'", "'hour'", "'week'", "'quarter'", "'minute'",
          "'second'")
+#: strftime formats: every specifier the validator lets through, the widest years.
+FORMATS = ("'%Y-%m-%d'", "'%Y'", "'%G-%V %u'", "'%a %A %b %B'", "'%j %U %W %w'",
+           "'%H:%M:%S %p %I'", "'%y %e'", "'%F %T'", "'%D'", "'%%'")
 PARTS = ("YEAR", "MONTH", "DAY", "HOUR", "DOW", "ISODOW", "DOY", "QUARTER", "WEEK",
          "MINUTE", "SECOND")
 
@@ -506,6 +509,9 @@ TEMPLATES = {
         "CAST({i} AS VARCHAR)", "CAST({f} AS VARCHAR)", "CAST({d} AS VARCHAR)",
         "CAST({t} AS VARCHAR)", "CAST({x} AS VARCHAR)", "COALESCE({s}, '')",
         "CASE WHEN {p} THEN {s} ELSE {s} END", "NULLIF({s}, {s})", "RTRIM({s})",
+        # client functions (issue 22): names and fixed formats of dates at the limits
+        "dayname({d})", "monthname({d})", "dayname({t})", "monthname({t})",
+        "strftime({d}, {fmt})", "strftime({t}, {fmt})",
     ),
     "bool": (
         "{i} > {i}", "{i} = {i}", "{n} < {n}", "{s} = {s}", "{s} LIKE 'a%'", "{s} LIKE {s}",
@@ -541,12 +547,16 @@ HOT = {
               "SQRT(dec)", "CAST(s AS DOUBLE)"),
     "dec": ("(dec * dec)", "(dec * {x})", "(dec + CAST({n} AS DECIMAL(38,10)))",
             "CAST(f64 AS DECIMAL(18,3))", "SIGN(dec)"),
-    "str": ("LEFT(s, {i})", "RIGHT(s, n)", "LEFT(s, 4294967296)", "SUBSTRING(s, {i}, {i})"),
+    "str": ("LEFT(s, {i})", "RIGHT(s, n)", "LEFT(s, 4294967296)", "SUBSTRING(s, {i}, {i})",
+            "dayname(d)", "monthname(ts)", "strftime(d, {fmt})", "strftime(ts, {fmt})",
+            "dayname(CAST(s AS DATE))"),
     "bool": ("ts - {t} > INTERVAL 1 DAY", "{t} - ts < INTERVAL 1 DAY",
              "ROUND(i64, {digits}) > {i}", "LEFT(s, {i}) = {s}", "CAST(f64 AS REAL) > {f}",
              "date_trunc({unit}, ts) > {t}", "(dec * dec) > {x}", "TRY_CAST(s AS INTEGER) > 1",
              "CAST(s AS DATE) > {d}", "GREATEST(d, ts) > {t}", "COALESCE(d, ts) > {t}",
-             "SIGN(dec) = 1", "(d - {d}) > {i}"),
+             "SIGN(dec) = 1", "(d - {d}) > {i}", "dayname(d) = 'Monday'",
+             "strftime(ts, {fmt}) > {s}", "d < CURRENT_DATE", "ts < CURRENT_TIMESTAMP",
+             "(d - CURRENT_DATE) > {i}", "f64 < PI() * {f}"),
     "date": ("CAST(s AS DATE)", "CAST(ts AS DATE)", "(d + {i})"),
     "ts": ("date_trunc({unit}, ts)", "CAST(d AS TIMESTAMP)", "GREATEST(d, ts)",
            "COALESCE(d, ts)", "(ts + INTERVAL 1 DAY)"),
@@ -569,11 +579,13 @@ LITERALS = {"int": INT_LITS, "float": FLOAT_LITS, "dec": ("1.5", "0.0000000001",
 PUBLIC_KEYS = ("g", "code", "b", "MONTH({d})", "EXTRACT(MONTH FROM {d})",
                "date_trunc('month', d)", "i8", "i8 // 10", "CASE WHEN {p} THEN 'x' ELSE 'y' END",
                "MONTH(CAST({s} AS DATE))", "QUARTER({t})", "DAYOFWEEK({d})", "UPPER(code)",
-               "CASE WHEN {p} THEN 1 ELSE 2 END", "g * 2", "YEAR(d)", "i8 % 3")
+               "CASE WHEN {p} THEN 1 ELSE 2 END", "g * 2", "YEAR(d)", "i8 % 3",
+               "dayname(d)", "monthname(d)", "strftime(d, '%Y')")
 DATA_KEYS = ("ROUND(i64, {digits})", "LEFT(s, {i})", "(dec * dec)", "CAST(f64 AS REAL)",
              "date_trunc({unit}, ts)", "{s}", "{f}", "{x}", "dec", "f64", "f32", "s", "ts",
              "d", "{i}", "{d}", "{t}",
-             "ROUND(f64, {digits})", "LEFT({s}, {i})", "CAST(dec AS VARCHAR)", "h", "i64")
+             "ROUND(f64, {digits})", "LEFT({s}, {i})", "CAST(dec AS VARCHAR)", "h", "i64",
+             "dayname(ts)", "strftime(ts, {fmt})", "strftime(d, {fmt})")
 
 
 @dataclasses.dataclass
@@ -644,7 +656,8 @@ class QueryGen:
                 return self.expr("num", depth)
             if slot == "any":
                 return self.expr("any", depth)
-            return self.pick({"digits": DIGITS, "unit": UNITS, "part": PARTS}[slot])
+            return self.pick({"digits": DIGITS, "unit": UNITS, "part": PARTS,
+                              "fmt": FORMATS}[slot])
         return re.sub(r"\{(\w+)\}", one, template)
 
     def uid(self) -> str:
