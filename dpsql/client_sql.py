@@ -412,11 +412,14 @@ def whole_table_windows(expression: exp.Expression, catalog: Catalog | None) -> 
     it has one value, the aggregate of all rows, on every row. Exactly when the query
     has no GROUP BY, HAVING or aggregate outside a window, and every output is built from
     such windows and constants (no column outside them), all its rows are that one
-    row repeated, once per input row. dpsql answers that row once, with DP, as the
+    row repeated, once per input row (when no row matches, SQL returns no row and dpsql
+    its one noisy row, as for any aggregate: whether a row exists is private). dpsql answers that row once, with DP, as the
     aggregate query (how many times it repeats is the table's row count, private, and
-    never released); ``SELECT DISTINCT`` over it is the same single row. Any other
+    never released); ``SELECT DISTINCT`` over it is the same single row. The argument
+    holds for any aggregate; the pass takes the form clients send,
+    ``PERCENTILE_CONT/DISC(p) WITHIN GROUP (ORDER BY x) OVER ()``, only. Any other
     window (a PARTITION BY, an ORDER BY, a frame, a ranking function, a column next to
-    the window) is left as it is, and refused by the validator.
+    the window, ``COUNT(*) OVER ()``) is left as it is, and refused by the validator.
     """
     if not isinstance(expression, exp.Select):
         return expression
@@ -426,9 +429,9 @@ def whole_table_windows(expression: exp.Expression, catalog: Catalog | None) -> 
             or expression.args.get("qualify") or expression.args.get("windows"):
         return expression
     for w in windows:
-        agg = w.this.this if isinstance(w.this, exp.WithinGroup) else w.this
         if (w.args.get("partition_by") or w.args.get("order") or w.args.get("spec")
-                or w.args.get("alias") or not isinstance(agg, exp.AggFunc)
+                or w.args.get("alias") or not isinstance(w.this, exp.WithinGroup)
+                or not isinstance(w.this.this, exp.PercentileCont | exp.PercentileDisc)
                 or w.find_ancestor(exp.Window, exp.AggFunc) is not None):
             return expression
     for item in expression.expressions:

@@ -107,7 +107,7 @@ def _spell(tokens: list[Token], statements: list[exp.Expression], dialect: Diale
 
 @functools.lru_cache(maxsize=512)
 def _spelled_class(name: str, dialect: Dialect) -> type | None:
-    """The node class ``name(...)`` parses to, when that is not plainly ``name``."""
+    """The node class ``name(...)`` parses to (None: a name sqlglot does not know)."""
     if not name.replace("_", "").isalnum():
         return None
     for args in ("", "a", "a, 'b'", "a, 'b', 'c'"):
@@ -118,7 +118,7 @@ def _spelled_class(name: str, dialect: Dialect) -> type | None:
         first = tree.expressions[0] if isinstance(tree, exp.Select) and tree.expressions \
             else None
         if isinstance(first, exp.Func) and not isinstance(first, exp.Anonymous):
-            return None if first.sql_name().upper() == name else type(first)
+            return type(first)
     return None
 
 

@@ -421,7 +421,7 @@ def _describe(node: exp.Expression) -> str:
     if isinstance(node, exp.IgnoreNulls | exp.RespectNulls) and node.this is not None:
         return _describe(node.this)
     if isinstance(node, exp.Anonymous):
-        return f"function {str(node.this).upper()}()"
+        return f"function {_short(str(node.this))}()"  # as written
     if isinstance(node, exp.Exists):
         return "EXISTS (subquery)"
     if isinstance(node, exp.Func) and not isinstance(node, exp.Table):
