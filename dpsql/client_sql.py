@@ -260,7 +260,7 @@ def _check_outer(outer: exp.Select) -> None:
                     "a window function (OVER) over an aggregate's released rows is not "
                     "supported: order and limit them with ORDER BY and LIMIT")
             if isinstance(node, exp.Select | exp.Subquery | exp.Exists) and \
-                    not node.find_ancestor(exp.From) is from_:
+                    node.find_ancestor(exp.From) is not from_:
                 raise UnsupportedQueryError(
                     "a subquery in a query over an aggregate's released rows is not "
                     "supported: it could read rows that were not released")
@@ -402,7 +402,8 @@ def _keep_names(select: exp.Select, rewritten) -> None:
 # -- an aggregate OVER () over a whole table ---------------------------------------------
 
 
-def whole_table_windows(expression: exp.Expression, catalog: Catalog | None) -> exp.Expression:
+def whole_table_windows(expression: exp.Expression,
+                        catalog: Catalog | None) -> exp.Expression:
     """``SELECT percentile_disc(p) WITHIN GROUP (ORDER BY x) OVER () FROM t`` as the
     aggregate ``SELECT percentile_disc(p) WITHIN GROUP (ORDER BY x) FROM t``.
 
@@ -412,12 +413,13 @@ def whole_table_windows(expression: exp.Expression, catalog: Catalog | None) -> 
     it has one value, the aggregate of all rows, on every row. Exactly when the query
     has no GROUP BY, HAVING or aggregate outside a window, and every output is built from
     such windows and constants (no column outside them), all its rows are that one
-    row repeated, once per input row (when no row matches, SQL returns no row and dpsql
-    its one noisy row, as for any aggregate: whether a row exists is private). dpsql answers that row once, with DP, as the
+    row repeated, once per input row. dpsql answers that row once, with DP, as the
     aggregate query (how many times it repeats is the table's row count, private, and
-    never released); ``SELECT DISTINCT`` over it is the same single row. The argument
-    holds for any aggregate; the pass takes the form clients send,
-    ``PERCENTILE_CONT/DISC(p) WITHIN GROUP (ORDER BY x) OVER ()``, only. Any other
+    never released; when no row matches, SQL returns no row and dpsql its one noisy
+    row, as for any aggregate: whether a row exists is private); ``SELECT DISTINCT``
+    over it is the same single row. The argument holds for any aggregate; the pass
+    takes the form clients send, ``PERCENTILE_CONT/DISC(p) WITHIN GROUP (ORDER BY x)
+    OVER ()``, only. Any other
     window (a PARTITION BY, an ORDER BY, a frame, a ranking function, a column next to
     the window, ``COUNT(*) OVER ()``) is left as it is, and refused by the validator.
     """
@@ -438,8 +440,8 @@ def whole_table_windows(expression: exp.Expression, catalog: Catalog | None) -> 
         for node in item.walk():
             outside = node.find_ancestor(exp.Window) is None and not isinstance(
                 node, exp.Window)
-            if outside and (isinstance(node, exp.Column | exp.Star | exp.AggFunc)
-                            or isinstance(node, exp.Select | exp.Subquery)):
+            if outside and isinstance(node, exp.Column | exp.Star | exp.AggFunc
+                                      | exp.Select | exp.Subquery):
                 return expression
     expression = expression.copy()
     _keep_names(expression, lambda n: isinstance(n, exp.Window))

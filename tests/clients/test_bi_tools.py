@@ -328,3 +328,10 @@ def test_sqlite_date_trunc_matches_duckdb(unit, family):
     want = [duck.execute(f"SELECT strftime(date_trunc('{unit}', CAST(? AS {family})), '{fmt}')",
                          [v]).fetchone()[0] for v in values]
     assert got == [*want, None]  # not a date: NULL, never an error
+
+
+@pytest.mark.parametrize("sql", ['SELECT COUNT(*) AS n FROM "main"."pums"',
+                                 "SELECT main.pums.sex, COUNT(*) AS n FROM main.pums "
+                                 "GROUP BY main.pums.sex"])
+def test_the_reflected_schema_names_the_catalog_tables(connect, sql):
+    assert connect().execute(sql, epsilon=1.0).rows
