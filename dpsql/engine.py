@@ -21,6 +21,7 @@ import getpass
 import logging
 import math
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -370,13 +371,15 @@ class Connection:
                                 "intervals")
             # the caches' key: the text with its parameters bound as literals, the
             # options it carried and every argument, each typed (1, 1.0 and True apart)
-            keyed = "\x00".join([sql, repr(sorted((k, typed(v)) for k, v in options.items())),
-                                 repr(typed(bias_check))])
+            # (None: not cached; a query that reads the clock means another query tomorrow)
+            keyed = None if not isinstance(sql, str) or _CLOCK.search(sql) else "\x00".join(
+                [sql, repr(sorted((k, typed(v)) for k, v in options.items())),
+                 repr(typed(bias_check))])
             version = self._schema_version()
             if self._answers is not None:
                 answer_key = self._answers.key(
                     self._dataset, self._analyst, self._catalog_fp, version,
-                    keyed + "\x00" + repr(typed(intervals)), epsilon, delta, max_groups,
+                    keyed and keyed + "\x00" + repr(typed(intervals)), epsilon, delta, max_groups,
                     max_rows, mechanism or self._mechanism, alpha)
                 cached = self._answers.get(answer_key, self._dataset, self._analyst)
                 if cached is not None:  # released before: post-processing, free
@@ -887,6 +890,12 @@ def _lift_and_bind(sql, params, limits) -> tuple[Any, dict]:
     if params is not None or "?" in sql:
         sql = bind_parameters(sql, params)
     return sql, options
+
+
+#: Names of the clock (``CURRENT_DATE``, ``NOW()``, ...): a query that reads it is not
+#: cached, since :mod:`dpsql.client_sql` writes the time it was asked as a literal. Any
+#: mention counts (in a string or a name too): caching less is always sound.
+_CLOCK = re.compile(r"current_|now|today|getdate|sysdate|localtime", re.IGNORECASE)
 
 
 def _options(options, epsilon, delta, max_groups, max_rows):

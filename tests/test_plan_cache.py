@@ -199,3 +199,20 @@ def test_lru_capacity():
     off = PlanCache(capacity=0)
     off.put(("a",), entry)
     assert off.get(("a",)) is None
+
+
+def test_a_query_that_reads_the_clock_is_never_cached(pums_file, monkeypatch):
+    """CURRENT_DATE is written into the plan as the day it was asked (dpsql.client_sql):
+    tomorrow the same text is another query, so it is analysed every time."""
+    conn = _conn(pums_file)
+    sql = "SELECT COUNT(*) FROM pums WHERE CURRENT_DATE > DATE '2000-01-01'"
+    conn.execute(sql, epsilon=0.5)
+    conn.execute(sql, epsilon=0.5)
+    assert conn._plans.hits == 0
+
+
+def test_sql_that_is_not_text_is_refused_not_cached(pums_file):
+    conn = _conn(pums_file)
+    with pytest.raises(dpsql.DpsqlError):
+        conn.execute(b"SELECT COUNT(*) FROM pums", epsilon=0.5)
+    assert conn.budget.spent == (0.0, 0.0)
