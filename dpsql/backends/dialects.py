@@ -29,11 +29,12 @@ depends on the schema only, refused before the budget is charged: :func:`unsuppo
   (PostgreSQL 16+) and is refused on older servers. Date arithmetic is left as is: it
   fails only beyond year 294276. The L0 order is ``hashtextextended(uid|keys, seed)``.
 * **Spark SQL** runs dpsql's queries with ``spark.sql.ansi.enabled = false`` (set for
-  the duration of the query, see :mod:`dpsql.backends.spark`): then no arithmetic, cast or
-  function of the allowed set raises. Inside ``TRY(...)`` arithmetic also becomes
-  ``try_add``/``try_subtract``/``try_multiply``/``try_divide`` so that an overflow gives
-  NULL (as in DuckDB) rather than a wrapped value; sums become ``try_sum``. The L0 order
-  is ``xxhash64(uid, keys, seed)``.
+  the duration of the query, see :mod:`dpsql.backends.spark`) and on the allow-list path
+  (:data:`dpsql.backends.spark.TOTAL`): what Spark cannot fail on is listed, every guard
+  placed on Spark's own types becomes a Spark form on the list (``try_add``/
+  ``try_subtract``/``try_multiply``/``try_divide``, ``TRY_CAST``, a CASE on a range
+  test), and anything else is refused before the charge. Integers are summed as
+  DECIMAL(38, 0). The L0 order is ``xxhash64(uid, keys, seed)``.
 
 Every backend orders a user's groups by the keyed hash and then by the keys themselves,
 so the choice is a deterministic function of that user's own rows and the seed only.
@@ -1031,7 +1032,7 @@ def _spark_guard(node: exp.Expression, ctx: Context) -> exp.Expression:
         for value, branch, key, i in values:
             if ctx.family(value) != DATE or _is_constant(value):
                 continue
-            cast = exp.TryCast(this=value, to=exp.DataType.build("TIMESTAMP"))
+            cast = exp.TryCast(this=value, to=exp.DataType.build("TIMESTAMP"), safe=True)
             if branch is not None:
                 branch.set("true", cast)
             elif i is None:
@@ -1148,11 +1149,24 @@ def spark_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
         this="XXHASH64", expressions=[uid, *keys, seed]))
 
 
+def spark_try_casts(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """Every cast → ``TRY_CAST`` (marked safe: sqlglot writes an unmarked one as Spark's
+    plain CAST). With ANSI mode off the two give the same value wherever CAST does not
+    raise, and CAST still raises on some values (a far DATE to TIMESTAMP: "long
+    overflow"); TRY_CAST gives NULL there. So no plain CAST is left to judge."""
+    def fix(node: exp.Cast) -> exp.Expression:
+        if type(node) is exp.Cast:
+            return exp.TryCast(this=node.this, to=node.args["to"], safe=True)
+        node.set("safe", True)
+        return node
+    return _replace_all(expression, exp.Cast, fix)
+
+
 #: Spark's transforms before typing: translations of DuckDB's meanings.
 SPARK_PRE = (spark_date_diffs, spark_sums, spark_hash)
 #: ... and after the guards are placed.
 SPARK = (spark_try, spark_typed_tables, spark_date_casts, spark_casts, _python_dates,
-         spark_text_keys)
+         spark_text_keys, spark_try_casts)
 
 
 #: Nodes the transforms of one query may copy, besides a multiple of its own size (see

@@ -6,11 +6,14 @@ collects only the aggregated rows (one per group) to the driver.
 
 Error freedom: Spark with ANSI mode on (the default since Spark 4) raises on overflow,
 division by zero and bad casts, so dpsql sets ``spark.sql.ansi.enabled = false`` for the
-duration of each of its queries and restores the previous value afterwards; it also
-writes overflow-prone arithmetic inside guarded expressions as ``try_*`` functions (see
-:mod:`dpsql.backends.dialects`). Give dpsql a session (or a Spark Connect session) of its
-own: another thread running queries on the same session at the same moment would see
-ANSI mode off.
+duration of each of its queries and restores the previous value afterwards. Even so
+some operations raise (a far DATE converted to a TIMESTAMP, interval arithmetic, the
+negation of a large DECIMAL, a LIKE pattern read from a row): every operation is checked
+against :data:`TOTAL`, the operations Spark cannot fail on, on the types Spark itself
+binds (:meth:`SparkBackend.bind_types`); the rest is guarded in a Spark form
+(``try_*`` functions, ``TRY_CAST``, a CASE on a range test) or refused before the charge.
+Give dpsql a session (or a Spark Connect session) of its own: another thread running
+queries on the same session at the same moment would see ANSI mode off.
 
 Spark enforces no PRIMARY KEY/UNIQUE constraints, so :meth:`SparkBackend.unique_columns`
 is always empty and dpsql refuses joins that follow a foreign key to the user (a
@@ -380,38 +383,11 @@ def _in_years_guard(node: exp.Expression, types: total.Types) -> bool:
     return True
 
 
-def _to_decimal(source: str | None, target: str | None) -> bool:
-    return total.widens(source, target) and total.decimal_digits(target) is not None
-
-
-def _cast(node: exp.Expression, types: total.Types) -> bool:
-    """A plain CAST: from text to any scalar (ANSI off: text that does not convert gives
-    NULL), to text from scalars, a TIMESTAMP to its DATE, to DOUBLE/FLOAT from numbers
-    (IEEE: inf, never an error), to a wider integer, to a DECIMAL that holds every
-    source value."""
-    source, target = types(node.this), types(node)
-    if source is None or target is None:
-        return False
-    if source in (target, total.NULL):
-        return True
-    if source == "VARCHAR":
-        return _scalar(target) and not target.startswith("INTERVAL")
-    if source == "TIMESTAMP" and target == "DATE":
-        return True
-    if target == "VARCHAR":
-        return source in (*_INTS, *_FLOATS, "VARCHAR", "BOOLEAN", "DATE", "TIMESTAMP") \
-            or total.decimal_digits(source) is not None
-    if target in _FLOATS:
-        return source in (*_INTS, *_FLOATS) or total.decimal_digits(source) is not None
-    if target in _INTS:
-        return source in _INTS and _INTS.index(source) <= _INTS.index(target)
-    return _to_decimal(source, target)
-
-
 def _sum_argument(node: exp.Expression, types: total.Types) -> bool:
     """SUM/AVG of floats (IEEE: inf, never an error), AVG of integers (Spark averages
     them as DOUBLE), and either of ``CAST(x AS DECIMAL(38, s))`` where ``x`` is an
-    integer or a DECIMAL of at most 23 - s integer digits: fewer than 2**48 rows
+    integer or a DECIMAL of at most 23 - s integer digits (``TRY_CAST`` too, which gives
+    NULL for no such value): fewer than 2**48 rows
     (:data:`total.MAX_ROWS`) of such values stay below 10**(38 - s), so the DECIMAL(38, s)
     total neither overflows nor becomes NULL."""
     arg = node.this
@@ -424,7 +400,7 @@ def _sum_argument(node: exp.Expression, types: total.Types) -> bool:
     while isinstance(inner, exp.Paren):
         inner = inner.this
     target = total.decimal_digits(t)
-    if type(inner) is not exp.Cast or target is None or target[0] != 38:
+    if not isinstance(inner, exp.Cast) or target is None or target[0] != 38:
         return False
     source = types(inner.this)
     if source in _INTS:
@@ -481,9 +457,10 @@ TOTAL = total.AllowList("Spark SQL", (
     _E((exp.Sqrt, exp.Ln, exp.Exp), _all_of(*_INTS, *_FLOATS, decimals=True),
        "on DOUBLE: NaN, NULL or inf outside the domain, never an error"),
     _E((exp.Interval,), total.constant_interval, "a constant interval, parsed while planning"),
-    _E((exp.TryCast,), lambda n, t: _scalar(t(n.this)) and _scalar(t(n)),
-       "TRY_CAST between scalar types: NULL where it cannot convert, overflow included"),
-    _E((exp.Cast,), _cast, _cast.__doc__.split(": ")[1]),
+    _E((exp.TryCast,), lambda n, t: bool(n.args.get("safe")) and _scalar(t(n.this))
+       and _scalar(t(n)),
+       "TRY_CAST between scalar types (written as TRY_CAST: sqlglot writes an unmarked "
+       "one as CAST): NULL where it cannot convert, overflow included"),
     _E((exp.Lower, exp.Upper, exp.Length, exp.Concat, exp.DPipe, exp.Trim, exp.Replace),
        _all_of("VARCHAR"), "text functions over text (REPLACE never lengthens: see validate)"),
     _E((exp.Left, exp.Right, exp.Substring), _text_and_ints,
