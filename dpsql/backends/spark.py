@@ -450,6 +450,8 @@ TOTAL = total.AllowList("Spark SQL", (
     _E((exp.Mod,), lambda n, t: _all_of(*_INTS)(n, t) or (
         t(n) in _FLOATS and _all_of(*_INTS, *_FLOATS, decimals=True)(n, t)),
        "ANSI off: a zero divisor gives NULL; integers, or a floating-point remainder"),
+    _E((exp.Sign,), _all_of(*_INTS, *_FLOATS, decimals=True),
+       "the sign of a number as a DOUBLE (NaN stays NaN), never an error"),
     _E((exp.Floor, exp.Ceil), _all_of(*_INTS, *_FLOATS, decimals=True),
        "a float as BIGINT saturates (NaN gives 0); a DECIMAL gains one integer digit"),
     _E((exp.IntDiv,), _all_of(*_INTS),
