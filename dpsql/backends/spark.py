@@ -484,7 +484,9 @@ TOTAL = total.AllowList("Spark SQL", (
        "rounds to a whole number with one more integer digit than its DECIMAL"),
     _E((exp.Count,), total.always, "counts rows"),
     _E((exp.Min, exp.Max), total.always, "picks one of the values"),
-    _E((exp.Sum, exp.Avg), _sum_argument, _sum_argument.__doc__.split(" (")[0]),
+    _E((exp.Sum, exp.Avg), _sum_argument,
+       "floats (inf, never an error), AVG of integers (as DOUBLE), or a DECIMAL(38, s) of "
+       "integers or small DECIMALs that 2**48 rows cannot overflow"),
     _E((exp.RowNumber,), total.always, "numbers rows"),
     _E((exp.Anonymous,), total.anonymous("XXHASH64", "IS_VALID_UTF8"),
        "a hash of any values; a test of a text's bytes"),
