@@ -29,11 +29,12 @@ depends on the schema only, refused before the budget is charged: :func:`unsuppo
   (PostgreSQL 16+) and is refused on older servers. Date arithmetic is left as is: it
   fails only beyond year 294276. The L0 order is ``hashtextextended(uid|keys, seed)``.
 * **Spark SQL** runs dpsql's queries with ``spark.sql.ansi.enabled = false`` (set for
-  the duration of the query, see :mod:`dpsql.backends.spark`): then no arithmetic, cast or
-  function of the allowed set raises. Inside ``TRY(...)`` arithmetic also becomes
-  ``try_add``/``try_subtract``/``try_multiply``/``try_divide`` so that an overflow gives
-  NULL (as in DuckDB) rather than a wrapped value; sums become ``try_sum``. The L0 order
-  is ``xxhash64(uid, keys, seed)``.
+  the duration of the query, see :mod:`dpsql.backends.spark`) and on the allow-list path
+  (:data:`dpsql.backends.spark.TOTAL`): what Spark cannot fail on is listed, every guard
+  placed on Spark's own types becomes a Spark form on the list (``try_add``/
+  ``try_subtract``/``try_multiply``/``try_divide``, ``TRY_CAST``, a CASE on a range
+  test), and anything else is refused before the charge. Integers are summed as
+  DECIMAL(38, 0). The L0 order is ``xxhash64(uid, keys, seed)``.
 
 Every backend orders a user's groups by the keyed hash and then by the keys themselves,
 so the choice is a deterministic function of that user's own rows and the seed only.
@@ -1016,29 +1017,93 @@ POSTGRES = (postgres_try, postgres_date_units, postgres_extract, _python_dates, 
 
 
 # -- Spark SQL -------------------------------------------------------------------------
+#
+# Spark runs on the allow-list path (:data:`dpsql.backends.spark.TOTAL`): the guards
+# are placed on the tree typed by Spark itself, then :func:`spark_try` turns each guard
+# into a Spark form that is on the list (Spark has no generic TRY), and the final tree
+# is checked against the list on Spark's own types. Nothing here decides what is total.
 
-def _temporal_operand(node: exp.Expression, family) -> bool:
-    """Whether an arithmetic node has a date, timestamp or interval operand."""
-    return family(node.this) in TEMPORAL or family(node.expression) in TEMPORAL
-
-
+#: DuckDB's binary arithmetic → Spark's TRY forms: numeric overflow and a zero divisor
+#: give NULL (TRY evaluation); on dates, timestamps and intervals Spark evaluates them
+#: under ``TryEval``, which turns any error of the operation into NULL.
 _SPARK_TRY = {exp.Add: "TRY_ADD", exp.Sub: "TRY_SUBTRACT", exp.Mul: "TRY_MULTIPLY",
               exp.Div: "TRY_DIVIDE"}
+#: Nodes that choose between or compare operands: Spark converts a DATE operand that
+#: meets a TIMESTAMP one per row, which fails ("long overflow") for far dates.
+_SPARK_MEETS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
+                exp.NullSafeNEQ, exp.Between, exp.In, exp.Case, exp.Coalesce, exp.Greatest,
+                exp.Least, exp.Nullif)
 
 
-def _spark_safe_node(node: exp.Expression, ctx: Context) -> exp.Expression:
-    f = ctx.family
-    if isinstance(node, exp.Add | exp.Sub) and _temporal_operand(node, f):
-        return node  # date arithmetic: kept in range by spark_dates
+def _spark_arith(node: exp.Expression, ctx: Context) -> exp.Expression:
+    """``a op b`` → ``TRY_op(a, b)``; ``a // b`` of non-integers is DuckDB's plain
+    division (``5.5 // 2 = 2.75``), of integers Spark's ``DIV`` (listed); ``-x`` of a
+    non-literal → ``TRY_SUBTRACT(0, x)``."""
     name = _SPARK_TRY.get(type(node))
     if name is not None:
         return exp.Anonymous(this=name, expressions=[node.this, node.expression])
-    if isinstance(node, exp.IntDiv) and not (f(node.this) == INT and f(node.expression) == INT):
+    if isinstance(node, exp.IntDiv) and not (ctx.family(node.this) == INT
+                                             and ctx.family(node.expression) == INT):
         return exp.Anonymous(this="TRY_DIVIDE", expressions=[node.this, node.expression])
-    if isinstance(node, exp.Neg) and f(node.this) in (*NUMERIC, None):
+    if isinstance(node, exp.Neg) and not _is_constant(node.this):
         return exp.Anonymous(this="TRY_SUBTRACT", expressions=[exp.Literal.number(0),
                                                                node.this])
     return node
+
+
+def _spark_guard(node: exp.Expression, ctx: Context) -> exp.Expression:
+    """The Spark form of ``TRY(node)`` (``node``'s operands already in Spark form).
+
+    Arithmetic → its TRY function; date truncation → ``CASE WHEN x BETWEEN <year 1> AND
+    <year 9999> THEN trunc(x) END``; a comparison or choice of DATEs with TIMESTAMPs →
+    each DATE operand as ``TRY_CAST(d AS TIMESTAMP)``. Anything else is left as it is:
+    the final check refuses it (before the charge) unless it is on the list."""
+    if isinstance(node, (*_SPARK_TRY, exp.IntDiv, exp.Neg)):
+        return _spark_arith(node, ctx)
+    if isinstance(node, exp.TimestampTrunc | exp.DateTrunc):
+        family = ctx.family(node.this)
+        if family in _YEARS:
+            return _in_years_of(node.this, node, family)
+        return node
+    if isinstance(node, _SPARK_MEETS):
+        slots = [("this", None)] if not isinstance(node, exp.Case) else []
+        for key in ("expression", "low", "high"):
+            if node.args.get(key) is not None:
+                slots.append((key, None))
+        for key in ("expressions", "ifs"):
+            for i, _ in enumerate(node.args.get(key) or []):
+                slots.append((key, i))
+        if isinstance(node, exp.Case) and node.args.get("default") is not None:
+            slots.append(("default", None))
+        values = []
+        for key, i in slots:
+            value = node.args[key] if i is None else node.args[key][i]
+            values.append((value.args["true"] if isinstance(value, exp.If) else value,
+                           value if isinstance(value, exp.If) else None, key, i))
+        families = {ctx.family(v) for v, *_ in values}
+        if not {DATE, TIMESTAMP} <= families:
+            return node
+        for value, branch, key, i in values:
+            if ctx.family(value) != DATE or _is_constant(value):
+                continue
+            cast = exp.TryCast(this=value, to=exp.DataType.build("TIMESTAMP"), safe=True)
+            if branch is not None:
+                branch.set("true", cast)
+            elif i is None:
+                node.set(key, cast)
+            else:
+                node.args[key][i] = cast
+                cast.parent, cast.arg_key, cast.index = node, key, i
+        return node
+    return node
+
+
+def _in_years_of(value: exp.Expression, result: exp.Expression,
+                 family: str) -> exp.Expression:
+    """``CASE WHEN value BETWEEN <year 1> AND <year 9999> THEN result END``."""
+    lo, hi = (_date_literal(t, family) for t in _YEARS[family])
+    return exp.Case(ifs=[exp.If(this=exp.Between(this=_copy(value), low=lo, high=hi),
+                                true=result)])
 
 
 def spark_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Expression:
@@ -1046,14 +1111,12 @@ def spark_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Expressi
     otherwise).
 
     Spark stores dates up to about year ±5,800,000 and timestamps up to ±290,000, but
-    its date difference, DATE to TIMESTAMP conversion and ``DATE_TRUNC`` of a timestamp
-    raise "long overflow" near those limits, with ANSI mode off and under ``TRY_CAST``
-    alike: one person's extreme date would fail the answer after the charge. Reading
-    such a value as NULL is row by row and data-independent (a comparison of dates
-    cannot fail), keeps every ordinary value as it is, and leaves every later date
-    operation inside the range where Spark's arithmetic is total. (Dates the query
-    itself makes, from literals or text, are kept to the same range by
-    :func:`spark_date_casts`.)
+    its DATE to TIMESTAMP conversion, interval arithmetic and ``DATE_TRUNC`` raise "long
+    overflow" near those limits, with ANSI mode off: values the driver cannot return
+    either. Reading such a value as NULL is row by row and data-independent (a
+    comparison of dates cannot fail) and keeps every ordinary value as it is. The
+    allow-list does not rely on it: operations that fail on far dates are guarded
+    where they are.
     """
     def value(ref: exp.Column, dtype: str) -> exp.Expression | None:
         family = type_family(dtype)
@@ -1067,10 +1130,8 @@ _CANONICAL_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}( [0-9:.]*)?")
 def spark_date_casts(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """Every cast to DATE or TIMESTAMP (``TRY_CAST`` too, and the literals ``DATE '...'``,
     which are casts) gives NULL outside years 1..9999, as :func:`spark_typed_tables`
-    does for stored values: ``CAST('5000000-01-01' AS DATE)`` is a date Spark holds but
-    cannot subtract or convert, so a query could build one from a person's text (or from
-    a literal under a CASE that only one person's row reaches) and fail after the
-    charge. Literals of four-digit years are in range already and kept as they are."""
+    does for stored values (dates the driver could not return). Literals of four-digit
+    years are in range already and kept as they are."""
     def fix(node: exp.Cast) -> exp.Expression:
         family = type_family(node.to.sql(dialect="duckdb"))
         if family not in _YEARS:
@@ -1084,8 +1145,8 @@ def spark_date_casts(expression: exp.Expression, ctx: Context) -> exp.Expression
 
 def spark_date_diffs(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """``a - b`` of two dates → ``DATEDIFF(a, b)``: a number of days, as DuckDB and
-    PostgreSQL compute it (and as the guard check types it). Spark's own ``a - b`` is an
-    interval, whose sums raise on overflow even with ANSI off."""
+    PostgreSQL compute it. Spark's own ``a - b`` is an interval, which overflows
+    ("long overflow") for far dates. Run before typing: it translates a meaning."""
     def fix(node: exp.Sub) -> exp.Expression:
         if ctx.family(node.this) == DATE and ctx.family(node.expression) == DATE:
             return exp.Anonymous(this="DATEDIFF", expressions=[node.this, node.expression])
@@ -1094,18 +1155,19 @@ def spark_date_diffs(expression: exp.Expression, ctx: Context) -> exp.Expression
 
 
 def spark_try(expression: exp.Expression, ctx: Context) -> exp.Expression:
-    """``TRY(x)`` → ``x`` with overflow-prone arithmetic as ``try_*`` functions."""
-    def fix(node):
-        return _bottom_up(node.this, lambda n: _spark_safe_node(n, ctx))
-    return _replace_all(expression, exp.Try, fix)
-
-
-def spark_dates(expression: exp.Expression, ctx: Context) -> exp.Expression:
-    """Interval arithmetic raises on overflow even with ANSI off: dates are kept in range
-    (:func:`_safe_dates`), everywhere in the query."""
-    return _bottom_up(expression, lambda n: _safe_dates(n, ctx, "Spark SQL")
-                      if isinstance(n, exp.Add | exp.Sub | exp.TimestampTrunc | exp.DateTrunc)
-                      else n)
+    """``TRY(x)`` → the Spark form of ``x`` (:func:`_spark_guard`); and every other
+    ``+ - * /`` (dpsql's own arithmetic over aggregates included) → its TRY function,
+    which is the same operation with NULL instead of an overflow."""
+    def fix(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Try):
+            inner = node.this
+            while isinstance(inner, exp.Paren):
+                inner = inner.this
+            return _spark_guard(inner, ctx)
+        if isinstance(node, tuple(_SPARK_TRY)):
+            return _spark_arith(node, ctx)
+        return node
+    return _bottom_up(expression, fix)
 
 
 def spark_casts(expression: exp.Expression, ctx: Context) -> exp.Expression:
@@ -1124,16 +1186,16 @@ def spark_casts(expression: exp.Expression, ctx: Context) -> exp.Expression:
 
 
 def spark_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
-    """``SUM`` → ``try_sum``: NULL rather than a wrapped value on overflow. Integers are
-    summed as DECIMAL(38, 0): a BIGINT total overflows at 2**63, which clamped values
-    can reach, and a total that became NULL only on some data would move a statistic
-    far beyond its sensitivity; 38 digits hold any sum of 64-bit values of 2**48 rows."""
+    """Integers are summed as DECIMAL(38, 0): Spark's BIGINT sum wraps past 2**63 with
+    ANSI off (a statistic moved far beyond its sensitivity), while 38 digits hold any
+    sum of 64-bit values over fewer than 2**48 rows. Run before typing (the family is
+    dpsql's guess; the allow-list accepts the sum only if Spark types the argument as
+    an integer, and anything else is summed as DOUBLE by the guard placement)."""
     def widen(node):
         if ctx.family(node.this) == INT and not isinstance(node.this, exp.Distinct):
             node.set("this", exp.Cast(this=node.this, to=exp.DataType.build("DECIMAL(38, 0)")))
         return node
-    expression = _replace_all(expression, exp.Sum, widen)
-    return _sums_as(expression, "TRY_SUM")
+    return _replace_all(expression, exp.Sum, widen)
 
 
 def spark_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
@@ -1141,8 +1203,24 @@ def spark_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
         this="XXHASH64", expressions=[uid, *keys, seed]))
 
 
-SPARK = (spark_typed_tables, spark_date_casts, spark_date_diffs, spark_dates, spark_try,
-         spark_casts, spark_sums, _python_dates, spark_text_keys, spark_hash)
+def spark_try_casts(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """Every cast → ``TRY_CAST`` (marked safe: sqlglot writes an unmarked one as Spark's
+    plain CAST). With ANSI mode off the two give the same value wherever CAST does not
+    raise, and CAST still raises on some values (a far DATE to TIMESTAMP: "long
+    overflow"); TRY_CAST gives NULL there. So no plain CAST is left to judge."""
+    def fix(node: exp.Cast) -> exp.Expression:
+        if type(node) is exp.Cast:
+            return exp.TryCast(this=node.this, to=node.args["to"], safe=True)
+        node.set("safe", True)
+        return node
+    return _replace_all(expression, exp.Cast, fix)
+
+
+#: Spark's transforms before typing: translations of DuckDB's meanings.
+SPARK_PRE = (spark_date_diffs, spark_sums, spark_hash)
+#: ... and after the guards are placed.
+SPARK = (spark_try, spark_typed_tables, spark_date_casts, spark_casts, _python_dates,
+         spark_text_keys, spark_try_casts)
 
 
 #: Nodes the transforms of one query may copy, besides a multiple of its own size (see
@@ -1258,16 +1336,6 @@ SQLITE_FAILURES = Failures(
     integer_overflow=False, division_by_zero=False, casts=False, mixed_types=False,
     decimals="none", sum_overflow=False, temporal_overflow=False, plain_sum_raises=True,
     udf_text=True)
-#: Spark SQL with ``spark.sql.ansi.enabled = false``: arithmetic wraps (the dialect
-#: layer writes ``try_*`` where DuckDB would give NULL), casts and division by zero give
-#: NULL; interval arithmetic still raises on overflow.
-SPARK_FAILURES = Failures(
-    "Spark SQL", safe_functions=frozenset({"TRY_ADD", "TRY_SUBTRACT", "TRY_MULTIPLY",
-                                           "TRY_DIVIDE", "TRY_SUM", "XXHASH64", "BROUND",
-                                           "DATEDIFF", "IS_VALID_UTF8"}),
-    integer_overflow=False, division_by_zero=False, casts=False, mixed_types=False,
-    decimals="none", sum_overflow=False, abs_overflow=False)
-
 #: The failure model of each backend, by its sqlglot dialect name.
 FAILURES = {"duckdb": DUCKDB_FAILURES, "postgres": POSTGRES_FAILURES,
-            "sqlite": SQLITE_FAILURES, "spark": SPARK_FAILURES}
+            "sqlite": SQLITE_FAILURES}

@@ -6,11 +6,14 @@ collects only the aggregated rows (one per group) to the driver.
 
 Error freedom: Spark with ANSI mode on (the default since Spark 4) raises on overflow,
 division by zero and bad casts, so dpsql sets ``spark.sql.ansi.enabled = false`` for the
-duration of each of its queries and restores the previous value afterwards; it also
-writes overflow-prone arithmetic inside guarded expressions as ``try_*`` functions (see
-:mod:`dpsql.backends.dialects`). Give dpsql a session (or a Spark Connect session) of its
-own: another thread running queries on the same session at the same moment would see
-ANSI mode off.
+duration of each of its queries and restores the previous value afterwards. Even so
+some operations raise (a far DATE converted to a TIMESTAMP, interval arithmetic, the
+negation of a large DECIMAL, a LIKE pattern read from a row): every operation is checked
+against :data:`TOTAL`, the operations Spark cannot fail on, on the types Spark itself
+binds (:meth:`SparkBackend.bind_types`); the rest is guarded in a Spark form
+(``try_*`` functions, ``TRY_CAST``, a CASE on a range test) or refused before the charge.
+Give dpsql a session (or a Spark Connect session) of its own: another thread running
+queries on the same session at the same moment would see ANSI mode off.
 
 Spark enforces no PRIMARY KEY/UNIQUE constraints, so :meth:`SparkBackend.unique_columns`
 is always empty and dpsql refuses joins that follow a foreign key to the user (a
@@ -52,7 +55,7 @@ import threading
 
 from sqlglot import exp
 
-from dpsql.backends import _boundary, dialects
+from dpsql.backends import _boundary, dialects, total
 from dpsql.backends.base import Backend
 from dpsql.errors import BackendError
 from dpsql.limits import Limits
@@ -143,6 +146,8 @@ class SparkBackend(Backend):
     supports_unique_constraints = False
     supports_materialized_ctes = False   # CTEs are inlined: one window, not three scans
     transforms = dialects.SPARK
+    pre_transforms = dialects.SPARK_PRE
+    allow = None  # set below, after the allow-list is defined
 
     def __init__(self, session, limits: Limits | None = None):
         if not is_spark_session(session):
@@ -152,6 +157,7 @@ class SparkBackend(Backend):
         self.limits = limits or Limits()
         self._lock = threading.RLock()
         self._types: dict[str, dict[str, str] | None] = {}
+        self._safe_depth = 0
         self.name = "spark session"
 
     @contextlib.contextmanager
@@ -161,6 +167,13 @@ class SparkBackend(Backend):
         runs nothing."""
         conf = self._spark.conf
         with self._lock:
+            if self._safe_depth:  # already applied by an enclosing call (same thread)
+                self._safe_depth += 1
+                try:
+                    yield
+                finally:
+                    self._safe_depth -= 1
+                return
             old = {key: conf.get(key, None) for key in SAFE_CONF}
             failure = None
             try:
@@ -173,7 +186,11 @@ class SparkBackend(Backend):
                     detail = f"cannot apply the safe settings: {type(failure).__name__}: {failure}"
                     raise (_boundary.plan_failed if stage == "check" else
                            _boundary.run_failed)(self.name, detail, None)
-                yield
+                self._safe_depth = 1
+                try:
+                    yield
+                finally:
+                    self._safe_depth = 0
             finally:
                 for key, value in old.items():
                     if value is None:
@@ -230,8 +247,21 @@ class SparkBackend(Backend):
             raise _boundary.not_one_select(
                 self.name, stage, f"{type(failure).__name__}: {failure}", sql)
 
+    def bind_types(self, sql: str) -> list[str]:
+        """The output types of one SELECT over no data (the totality check's probes,
+        :func:`dpsql.backends.total.expression_types`), as :func:`total_type` names.
+
+        Analysis only (``spark.sql(q).schema``: names and types, no job, no optimiser),
+        under :data:`SAFE_CONF` (ANSI mode off types some operations differently), and
+        only of text the session's own parser reads as one query."""
+        with self._safe_session("check"):
+            self._one_query(sql, "check")
+            fields = self._spark.sql(sql).schema.fields
+        return [total_type(f.dataType.simpleString()) for f in fields]
+
     def check(self, expression: exp.Expression) -> list[tuple[str, str]]:
-        sql = self.to_sql(expression)
+        with self._safe_session("check"):
+            sql = self.to_sql(expression)  # its probes bind under the same settings
         failure = None
         with self._safe_session("check"):
             self._one_query(sql, "check")
@@ -244,7 +274,8 @@ class SparkBackend(Backend):
         return [(f.name, duckdb_type(f.dataType.simpleString())) for f in fields]
 
     def execute(self, expression: exp.Expression) -> tuple[list[str], list[tuple]]:
-        sql = self.to_sql(expression)
+        with self._safe_session("check"):
+            sql = self.to_sql(expression)  # refused here before anything runs
         failure = None
         with self._safe_session("execute"):
             self._one_query(sql, "execute")
@@ -260,3 +291,206 @@ class SparkBackend(Backend):
 
     def close(self) -> None:
         """The session belongs to the caller: dpsql leaves it running."""
+
+
+# -- totality: Spark's allow-list ----------------------------------------------------------------
+
+
+def total_type(spark_type: str) -> str:
+    """A Spark type's ``simpleString`` → the name the allow-list speaks: the scalar names
+    of :func:`duckdb_type` (INTEGER, BIGINT, DOUBLE, DECIMAL(p,s), VARCHAR, DATE,
+    TIMESTAMP, ...) and the NULL type (Spark's ``void``) as :data:`total.NULL`.
+
+    >>> total_type("void"), total_type("int"), total_type("decimal(38,0)")
+    ('"NULL"', 'INTEGER', 'DECIMAL(38,0)')
+    """
+    if spark_type.strip().lower() == "void":
+        return total.NULL
+    return duckdb_type(spark_type)
+
+
+#: Spark's integer types, narrowest first (duckdb_type's names).
+_INTS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT")
+_FLOATS = ("FLOAT", "DOUBLE")
+#: Scalar types whose meeting Spark decides with conversions that give NULL, never an
+#: error, with ANSI mode off (dates are the exception: see :func:`_meet`).
+_SCALARS_OK = (*_INTS, *_FLOATS, "VARCHAR", "BOOLEAN", "DATE", "TIMESTAMP", total.NULL)
+
+
+def _scalar(t: str | None) -> bool:
+    return t in _SCALARS_OK or total.decimal_digits(t) is not None or (
+        t is not None and t.startswith("INTERVAL"))
+
+
+def _meet(node: exp.Expression, types: total.Types) -> bool:
+    """Operands (and result) of scalar types, not a DATE meeting a TIMESTAMP.
+
+    With ANSI mode off Spark's implicit conversions between numbers, text and booleans
+    give NULL where they cannot convert, and decimals that do not fit give NULL; but a
+    DATE converted to a TIMESTAMP multiplies days by microseconds exactly and raises
+    "long overflow" for a far date (``make_date(5000000, 1, 1)``), so that meeting is
+    guarded (the DATE operand as ``TRY_CAST(d AS TIMESTAMP)``)."""
+    values = [total.NULL if isinstance(o, exp.Null) else types(o)
+              for o in total.operands(node)]
+    if not isinstance(node, total.COMPARISONS):
+        values.append(types(node))
+    if not all(_scalar(t) for t in values):
+        return False
+    return not {"DATE", "TIMESTAMP"} <= set(values)
+
+
+def _all_of(*allowed: str, decimals: bool = False, intervals: bool = False):
+    def test(node: exp.Expression, types: total.Types) -> bool:
+        for o in total.operands(node):
+            t = types(o)
+            if t in (*allowed, total.NULL) or (decimals and total.decimal_digits(t)) or (
+                    intervals and t is not None and t.startswith("INTERVAL")):
+                continue
+            return False
+        return True
+    return test
+
+
+def _try_arith(node: exp.Expression, types: total.Types) -> bool:
+    """``TRY_ADD``/``TRY_SUBTRACT``/``TRY_MULTIPLY``/``TRY_DIVIDE`` of numbers, dates,
+    timestamps or intervals."""
+    if str(node.this).upper() not in ("TRY_ADD", "TRY_SUBTRACT", "TRY_MULTIPLY",
+                                      "TRY_DIVIDE") or len(node.expressions) != 2:
+        return False
+    return all(types(o) in (*_INTS, *_FLOATS, "DATE", "TIMESTAMP", total.NULL)
+               or total.decimal_digits(types(o)) is not None
+               or (types(o) or "").startswith("INTERVAL") for o in node.expressions)
+
+
+def _in_years_guard(node: exp.Expression, types: total.Types) -> bool:
+    """A date truncation under ``CASE WHEN x BETWEEN <date> AND <date> THEN trunc(x) END``
+    with literal dates of years 1..9999: Spark's truncation of such a value stays in
+    range (it raises "long overflow" only near year -290308)."""
+    parent = node.parent
+    while isinstance(parent, exp.Paren):
+        parent = parent.parent
+    if not isinstance(parent, exp.If) or parent.args.get("true") is not node:
+        return False
+    cond = parent.this
+    if not (isinstance(cond, exp.Between) and cond.this == node.this):
+        return False
+    for bound in (cond.args.get("low"), cond.args.get("high")):
+        if not (isinstance(bound, exp.Cast) and isinstance(bound.this, exp.Literal)
+                and bound.this.is_string
+                and re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}( [0-9:.]*)?", bound.this.this)
+                and bound.this.this[:4] != "0000"):
+            return False
+    return True
+
+
+def _sum_argument(node: exp.Expression, types: total.Types) -> bool:
+    """SUM/AVG of floats (IEEE: inf, never an error), AVG of integers (Spark averages
+    them as DOUBLE), and either of ``CAST(x AS DECIMAL(38, s))`` where ``x`` is an
+    integer or a DECIMAL of at most 23 - s integer digits (``TRY_CAST`` too, which gives
+    NULL for no such value): fewer than 2**48 rows
+    (:data:`total.MAX_ROWS`) of such values stay below 10**(38 - s), so the DECIMAL(38, s)
+    total neither overflows nor becomes NULL."""
+    arg = node.this
+    if isinstance(arg, exp.Distinct):
+        return False
+    t = types(arg)
+    if t in (*_FLOATS, total.NULL) or (isinstance(node, exp.Avg) and t in _INTS):
+        return True
+    inner = arg
+    while isinstance(inner, exp.Paren):
+        inner = inner.this
+    target = total.decimal_digits(t)
+    if not isinstance(inner, exp.Cast) or target is None or target[0] != 38:
+        return False
+    source = types(inner.this)
+    if source in _INTS:
+        return True  # < 2**63 each, < 2**111 < 10**33 in total
+    digits = total.decimal_digits(source)
+    return digits is not None and digits[1] <= target[1] and \
+        (digits[0] - digits[1]) + target[1] <= 23
+
+
+def _like(node: exp.Expression, types: total.Types) -> bool:
+    """A constant pattern without a backslash over text: Spark compiles a pattern per
+    row when it is not constant, and a pattern ending in an escape raises."""
+    pattern = node.expression
+    return types(node.this) in ("VARCHAR", total.NULL) and isinstance(pattern, exp.Literal) \
+        and pattern.is_string and "\\" not in pattern.this and not node.args.get("escape")
+
+
+def _text_and_ints(node: exp.Expression, types: total.Types) -> bool:
+    """LEFT/RIGHT/SUBSTRING of text by integers: Spark clamps any position and length."""
+    return types(node.this) in ("VARCHAR", total.NULL) and all(
+        types(o) in (*_INTS, total.NULL) for o in total.operands(node)[1:])
+
+
+_E = total.Entry
+#: Spark's operations that cannot fail, whatever the rows hold, as dpsql runs Spark
+#: (``spark.sql.ansi.enabled = false``, :data:`SAFE_CONF`; pyspark 4). Each is exercised
+#: by the extreme-value fuzzer (``tests/privacy/totality.py``). Spark has no generic TRY:
+#: a guard placed by :func:`total.place_guards` becomes a Spark form on this list
+#: (:func:`dpsql.backends.dialects.spark_try`) or the query is refused before the charge.
+TOTAL = total.AllowList("Spark SQL", (
+    _E(total.COMPARISONS, _meet,
+       "ANSI off: conversions between scalars give NULL, not errors; no DATE meets a "
+       "TIMESTAMP"),
+    _E((exp.Is,), total.is_test, total.is_test.__doc__.split(";")[0]),
+    _E((exp.And, exp.Or, exp.Not), total.all_operands("BOOLEAN"), "boolean logic"),
+    _E((exp.Case, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif),
+       lambda n, t: total.searched_case(n, t) and _meet(n, t),
+       "chooses one operand; conversions as for comparisons"),
+    _E((exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Abs), total.floating,
+       "IEEE arithmetic over operands widened to FLOAT/DOUBLE: inf or NaN, never an error"),
+    _E((exp.Anonymous,), _try_arith,
+       "TRY evaluation: overflow and a zero divisor give NULL; TryEval on dates and "
+       "intervals turns any error into NULL"),
+    _E((exp.Neg,), total.negated_literal, "the negation of a positive literal fits its type"),
+    _E((exp.Abs,), _all_of(*_INTS, *_FLOATS),
+       "ANSI off: ABS of an integer's minimum wraps to itself, never an error"),
+    _E((exp.Mod,), lambda n, t: _all_of(*_INTS)(n, t) or (
+        t(n) in _FLOATS and _all_of(*_INTS, *_FLOATS, decimals=True)(n, t)),
+       "ANSI off: a zero divisor gives NULL; integers, or a floating-point remainder"),
+    _E((exp.Sign,), _all_of(*_INTS, *_FLOATS, decimals=True),
+       "the sign of a number as a DOUBLE (NaN stays NaN), never an error"),
+    _E((exp.Floor, exp.Ceil), _all_of(*_INTS, *_FLOATS, decimals=True),
+       "a float as BIGINT saturates (NaN gives 0); a DECIMAL gains one integer digit"),
+    _E((exp.IntDiv,), _all_of(*_INTS),
+       "ANSI off: DIV of integers by 0 gives NULL; the minimum DIV -1 wraps"),
+    _E((exp.Sqrt, exp.Ln, exp.Exp), _all_of(*_INTS, *_FLOATS, decimals=True),
+       "on DOUBLE: NaN, NULL or inf outside the domain, never an error"),
+    _E((exp.Interval,), total.constant_interval, "a constant interval, parsed while planning"),
+    _E((exp.TryCast,), lambda n, t: bool(n.args.get("safe")) and _scalar(t(n.this))
+       and _scalar(t(n)),
+       "TRY_CAST between scalar types (written as TRY_CAST: sqlglot writes an unmarked "
+       "one as CAST): NULL where it cannot convert, overflow included"),
+    _E((exp.Lower, exp.Upper, exp.Length, exp.Concat, exp.DPipe, exp.Trim, exp.Replace),
+       _all_of("VARCHAR"), "text functions over text (REPLACE never lengthens: see validate)"),
+    _E((exp.Left, exp.Right, exp.Substring), _text_and_ints,
+       _text_and_ints.__doc__.split(": ")[1]),
+    _E((exp.Like, exp.ILike), _like, _like.__doc__.split(":")[0]),
+    _E((exp.Year, exp.Month, exp.Day, exp.Quarter, exp.DayOfWeek, exp.DayOfYear,
+        exp.DayOfMonth, exp.WeekOfYear, exp.Extract), _all_of("DATE", "TIMESTAMP"),
+       "parts of any date or timestamp Spark holds: integer field arithmetic"),
+    _E((exp.TimestampTrunc, exp.DateTrunc), _in_years_guard,
+       "truncation of a value kept to years 1..9999 by its CASE"),
+    _E((exp.Anonymous,), lambda n, t: str(n.this).upper() == "DATEDIFF" and all(
+        t(o) in ("DATE", total.NULL) for o in n.expressions),
+       "a difference of day numbers (32-bit, wraps), never an error"),
+    _E((exp.Anonymous,), lambda n, t: str(n.this).upper() == "BROUND" and all(
+        t(o) in (*_FLOATS, total.NULL) for o in n.expressions),
+       "rounds a DOUBLE to a DOUBLE (NaN and inf stay)"),
+    _E((exp.Round,), lambda n, t: n.args.get("decimals") is None and (
+        total.decimal_digits(t(n.this)) is not None or t(n.this) in _FLOATS),
+       "rounds to a whole number with one more integer digit than its DECIMAL"),
+    _E((exp.Count,), total.always, "counts rows"),
+    _E((exp.Min, exp.Max), total.always, "picks one of the values"),
+    _E((exp.Sum, exp.Avg), _sum_argument,
+       "floats (inf, never an error), AVG of integers (as DOUBLE), or a DECIMAL(38, s) of "
+       "integers or small DECIMALs that 2**48 rows cannot overflow"),
+    _E((exp.RowNumber,), total.always, "numbers rows"),
+    _E((exp.Anonymous,), total.anonymous("XXHASH64", "IS_VALID_UTF8"),
+       "a hash of any values; a test of a text's bytes"),
+), guards=(), refuse_unwrappable=False)
+
+
+SparkBackend.allow = TOTAL
