@@ -738,8 +738,6 @@ class Connection:
                     "checks the database, not the catalog); a duplicated key would attach "
                     "one row to two users")
         plan.reuse_ctes = backend.supports_materialized_ctes
-        plan.guards_in_backend = backend.allow is not None
-        plan.backend_columns = backend.columns
         stages.mark("analysis")
         expression = rewrite(plan)
         stages.mark("rewrite")

@@ -301,6 +301,11 @@ SQLITE_FMOD = "dpsql_fmod"
 SQLITE_UTF8 = "dpsql_utf8"
 
 
+#: Longest text (bytes) dpsql reads from an SQLite column; longer text reads as NULL.
+#: With values grown at most 10,000-fold by an expression (``Limits.max_value_length``) a
+#: value stays below 164 MB, and a row of several keys below SQLite's 1e9-byte limit.
+SQLITE_MAX_TEXT = 16_384
+
 #: SQLite storage classes a column of each family holds when its value is of that type.
 _SQLITE_CLASSES = {INT: ("integer",), BOOL: ("integer",), FLOAT: ("integer", "real"),
                    DECIMAL: ("integer", "real"), STRING: ("text",), DATE: ("text",),
@@ -335,7 +340,8 @@ def _typed_tables(expression: exp.Expression, ctx: Context, value) -> exp.Expres
 def sqlite_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """Every table is read through ``(SELECT CASE WHEN typeof(c) IN (...) THEN c END AS c,
     ... FROM t) AS t``: a value whose storage class does not fit its declared type is
-    read as NULL, and so is text that is not valid UTF-8 (``dpsql_utf8``).
+    read as NULL, and so is text that is not valid UTF-8 (``dpsql_utf8``) or longer than
+    :data:`SQLITE_MAX_TEXT` bytes.
 
     SQLite keeps any value in any column (a CSV import leaves ``''`` in INTEGER columns,
     an update can store 62.5 there), while everything after the charge relies on the
@@ -352,6 +358,12 @@ def sqlite_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Express
                       expressions=[exp.Literal.string(c) for c in classes])
         body = ref
         if classes == ("text",):
+            # at most SQLITE_MAX_TEXT bytes: an expression grows a value at most
+            # max_value_length times (dpsql.limits), so no result reaches SQLite's 1e9-byte
+            # limit ("string or blob too big" after the charge, on one person's long text)
+            test = exp.and_(test, exp.LTE(
+                this=exp.Length(this=exp.Cast(this=_copy(ref), to=exp.DataType.build("BLOB"))),
+                expression=exp.Literal.number(SQLITE_MAX_TEXT)))
             # text that is not UTF-8 would be decoded on the way out: two different
             # byte strings could become one key there, so it is NULL here instead,
             # before the database groups anything
@@ -643,13 +655,32 @@ def _date_sentinel(value: exp.Expression, family: str) -> exp.Expression:
     return exp.Nullif(this=exp.Nullif(this=clamped, expression=hi), expression=lo)
 
 
-def _interval_years(node: exp.Expression) -> float | None:
-    from dpsql.rewrite.check_guards import interval_years
+#: Years per interval unit (a day as 1/365 of a year, rounded up for leap years below).
+_UNIT_YEARS = {"YEAR": 1.0, "MONTH": 1 / 12, "WEEK": 7 / 365, "DAY": 1 / 365,
+               "HOUR": 1 / 8760, "MINUTE": 1 / 525600, "SECOND": 1 / 31536000}
 
-    if not isinstance(node, exp.Interval):
+
+def _interval_years(node: exp.Expression) -> float | None:
+    """The magnitude of an interval literal in years, at least (None: not a plain
+    literal of a known unit).
+
+    >>> _interval_years(exp.Interval(this=exp.Literal.string("18"), unit=exp.Var(this="MONTH")))
+    1.5
+    """
+    if not isinstance(node, exp.Interval) or not isinstance(node.this, exp.Literal):
         return None
-    years = interval_years(node)
-    return None if years is None else float(years)
+    unit = (node.unit.name if node.unit is not None else "DAY").upper().rstrip("S")
+    text = node.this.this.strip()
+    parts = text.split()
+    if len(parts) == 2:  # INTERVAL '1 day'
+        text, unit = parts[0], parts[1].upper().rstrip("S")
+    try:
+        value = abs(float(text))
+    except ValueError:
+        return None
+    if unit not in _UNIT_YEARS or value != value:
+        return None
+    return value * _UNIT_YEARS[unit] * (1 if unit != "DAY" else 366 / 365)
 
 
 def _safe_dates(node: exp.Expression, ctx: Context, backend: str) -> exp.Expression:
@@ -906,7 +937,7 @@ def postgres_try(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """``TRY(x)`` → ``x``, and every operation of the query — inside TRY(...) or not,
     dpsql's own arithmetic over aggregates included — made safe (see module doc):
     PostgreSQL raises on float overflow and underflow too, so no operation may stay as
-    written. :func:`dpsql.rewrite.check_guards.check_guards` verifies the result."""
+    written. :func:`dpsql.backends.total.check_total` verifies the result."""
     expression = _replace_all(expression, exp.Try, lambda n: n.this)
     return _bottom_up(expression, lambda n: _pg_safe_node(n, ctx))
 
@@ -1263,79 +1294,3 @@ def apply(expression: exp.Expression, transforms, ctx: Context) -> exp.Expressio
     finally:
         _copies.reset(token)
     return expression
-
-
-# -- what can fail at run time, per backend (data for dpsql.rewrite.check_guards) -------
-
-
-@dataclass(frozen=True)
-class Failures:
-    """What an engine raises on at run time, and what protects against it.
-
-    :func:`dpsql.rewrite.check_guards.check_guards` reads one of these to decide, for
-    every node of the final SQL, whether it can fail on some row; a node that can is
-    allowed only inside a guard the engine honours, and where an engine has no guard for
-    it the query is refused before the charge (a gap of that backend, with its reason).
-    """
-
-    #: Name in error messages.
-    name: str
-    #: Node types whose whole subtree cannot raise (DuckDB's ``TRY``); none elsewhere.
-    guards: tuple = ()
-    #: Functions (written as ``exp.Anonymous``) that cannot raise on any input.
-    safe_functions: frozenset = frozenset()
-    #: ``+ - *`` and negation of integers raise on overflow (else they wrap or widen).
-    integer_overflow: bool = True
-    #: Arithmetic on doubles raises on overflow or underflow (PostgreSQL).
-    float_overflow: bool = False
-    #: ``/ // %`` raise on a zero divisor.
-    division_by_zero: bool = True
-    #: A CAST raises on a value it cannot convert.
-    casts: bool = True
-    #: TRY_CAST cannot raise (PostgreSQL has none: the dialect layer writes guarded casts).
-    try_cast: bool = True
-    #: A comparison (or LEAST, CASE, ...) of mixed types casts values per row.
-    mixed_types: bool = True
-    #: Arithmetic on exact decimals is bounded: ``"decimal38"`` (DuckDB, overflow beyond
-    #: 38 digits), ``"numeric"`` (PostgreSQL: only absurd magnitudes overflow), ``"none"``.
-    decimals: str = "decimal38"
-    #: SUM/AVG raise when the total overflows its accumulator.
-    sum_overflow: bool = True
-    #: Date and interval arithmetic raise outside the engine's range.
-    temporal_overflow: bool = True
-    #: SQRT/LN outside their domain and EXP overflow raise.
-    domain_errors: bool = False
-    #: SUBSTRING raises for offsets and lengths beyond this magnitude (None: never).
-    substring_limit: int | None = None
-    #: The engine's own SUM of integers raises on overflow (SQLite's SUM).
-    plain_sum_raises: bool = False
-    #: ABS of the smallest integer raises.
-    abs_overflow: bool = True
-    #: Text handed to a Python function of dpsql's must be valid UTF-8 (SQLite).
-    udf_text: bool = False
-
-
-#: DuckDB: ``TRY(...)`` turns any error of its argument into NULL (not running out of
-#: memory: sizes are capped instead). Doubles give inf/NaN rather than raising.
-DUCKDB_FAILURES = Failures(
-    "DuckDB", guards=(exp.Try,), safe_functions=frozenset({"HASH"}), float_overflow=False)
-#: PostgreSQL: no TRY; the dialect layer writes every operation in a form that cannot
-#: raise (NUMERIC arithmetic, range-checked casts, CASE guards), and the check verifies it.
-POSTGRES_FAILURES = Failures(
-    "PostgreSQL", safe_functions=frozenset({"HASHTEXTEXTENDED", "PG_INPUT_IS_VALID", "DIV"}),
-    float_overflow=True, try_cast=False, mixed_types=False, decimals="numeric",
-    sum_overflow=False,
-    domain_errors=True, substring_limit=2147483647)
-#: SQLite: integer overflow becomes REAL, division by zero and bad casts give NULL or 0;
-#: but its SUM and ABS raise on integer overflow (the dialect layer writes TOTAL and
-#: MAX(x, -x)) and dpsql's keyed hash, a Python function, fails on invalid UTF-8 text.
-SQLITE_FAILURES = Failures(
-    "SQLite", safe_functions=frozenset({"TOTAL", SQLITE_HASH.upper(), SQLITE_FMOD.upper(),
-                                        SQLITE_UTF8.upper(),
-                                        "STRFTIME", "DATE", "DATETIME"}),
-    integer_overflow=False, division_by_zero=False, casts=False, mixed_types=False,
-    decimals="none", sum_overflow=False, temporal_overflow=False, plain_sum_raises=True,
-    udf_text=True)
-#: The failure model of each backend, by its sqlglot dialect name.
-FAILURES = {"duckdb": DUCKDB_FAILURES, "postgres": POSTGRES_FAILURES,
-            "sqlite": SQLITE_FAILURES}

@@ -395,7 +395,7 @@ TOTAL = total.AllowList("SQLite", (
     _E((exp.RowNumber,), total.always, "numbers rows"),
     _E((exp.Typeof,), total.always, "names a value's storage class"),
     _E((exp.Anonymous,), _own_function, _own_function.__doc__.split(";")[0]),
-), guards=(), conditions_of_any_type=True)
+), guards=(), conditions_of_any_type=True, guard_forms=False)
 
 SQLiteBackend.allow = TOTAL
 #: All of SQLite's transforms run before the list is applied (nothing is typed: no probe

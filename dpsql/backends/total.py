@@ -216,6 +216,10 @@ class AllowList:
     #: Whether the engine reads a value of any type as a condition without error
     #: (SQLite converts any value to a number, and a number to a truth value).
     conditions_of_any_type: bool = False
+    #: Whether the engine has a guard, or its dialect layer writes a guarded node in a
+    #: total form of its own (PostgreSQL, Spark); False (SQLite): what is not listed is
+    #: refused while guards are placed.
+    guard_forms: bool = True
 
     @property
     def sum_as_type(self) -> str:
@@ -354,7 +358,7 @@ def place_guards(tree: exp.Expression, allow: AllowList, types: Types,
             types.set(guarded, types(divisor))
             types.set(zero, "INTEGER")
             node.set("expression", guarded)
-        if not allow.guards:
+        if not allow.guard_forms:
             args = ", ".join(str(types(o) or "?") for o in operands(node))
             raise refuse(node, f"{_name(node)}({args}) on {allow.engine}")
         if type(node) is exp.Cast:

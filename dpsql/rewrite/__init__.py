@@ -18,8 +18,9 @@ from dpsql.rewrite.per_user_aggregate import per_user_aggregate
 from dpsql.rewrite.restrict_domains import restrict_domains
 from dpsql.rewrite.statistics_query import statistics_query
 
-#: The passes in order. ``guard_errors`` comes last: it guards every expression of the
-#: final tree, including what the earlier passes copied or wrote (issue 14, finding 9).
+#: The passes in order. ``guard_errors`` comes last: over the final tree, including what
+#: the earlier passes copied or wrote, it refuses what no engine's guard can catch; the
+#: backend then guards the tree it runs by its allow-list (:mod:`dpsql.backends.total`).
 RULES = (
     restrict_domains,
     clamp_values,

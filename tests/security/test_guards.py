@@ -9,7 +9,7 @@ Each finding runs on DuckDB; the backend-specific ones on SQLite, Spark SQL and
 PostgreSQL too (PostgreSQL when ``DPSQL_TEST_POSTGRES_URL`` and
 ``DPSQL_TEST_POSTGRES_ADMIN_URL`` are set, Spark when pyspark and Java are installed).
 The last tests break a rewrite pass on purpose (a dropped or misplaced guard) and check
-that the final-SQL check (:func:`dpsql.rewrite.check_guards.check_guards`) refuses the
+that the final-SQL check (:func:`dpsql.backends.total.check_total`) refuses the
 query before the charge, and unit-test the check's failure model per backend.
 """
 
@@ -28,8 +28,7 @@ from sqlglot import exp, parse_one
 import dpsql
 from dpsql.backends import dialects
 from dpsql.backends.loaders import copy_tables
-from dpsql.rewrite import guard_errors, statistics_query
-from dpsql.rewrite.check_guards import check_guards, problems
+from dpsql.rewrite import statistics_query
 
 PG_URL = os.environ.get("DPSQL_TEST_POSTGRES_URL")
 PG_ADMIN_URL = os.environ.get("DPSQL_TEST_POSTGRES_ADMIN_URL")
@@ -389,89 +388,107 @@ def test_a_pass_copying_a_raw_expression_after_the_guards_is_refused(sec, databa
     assert conn.budget.spent == (0.0, 0.0)
 
 
-# -- the failure model of each backend, on trees ---------------------------------------------
-
-_TYPES = {"people": {"pid": "INTEGER", "age": "TINYINT", "name": "VARCHAR",
-                     "income": "DOUBLE", "sex": "INTEGER", "d": "DATE"},
-          "pub": {"age": "INTEGER", "label": "VARCHAR"}}
+# -- the allow-list check of each backend, on trees ---------------------------------------------
 
 
-def _problems(sql: str, backend: str):
-    return problems(parse_one(sql, read="duckdb"), backend, _TYPES.get)
+def _backend(kind, database):
+    from dpsql.backends import open_backend
+
+    return open_backend(database(kind, _rows((20, 30, 40))))
+
+
+def _problems(backend, sql: str):
+    """What the final check finds in ``sql`` as written (no guards placed), typed by the
+    backend's engine."""
+    from dpsql.backends import total
+
+    tree = parse_one(sql, read="duckdb")
+    return total.problems(tree, backend.allow, backend.engine_types(tree))
 
 
 @pytest.mark.parametrize(("sql", "backends"), [
-    # integer overflow: DuckDB and PostgreSQL raise; SQLite widens, Spark wraps
-    ("SELECT COUNT(*) FROM people WHERE age * 2 > 1", ("duckdb", "postgres")),
-    # TRY guards on DuckDB only (the other dialect layers remove it)
-    ("SELECT SUM(TRY(age * 2)) FROM people", ("postgres", "sqlite", "spark")),
-    # doubles: inf in DuckDB, an error in PostgreSQL
-    ("SELECT COUNT(*) FROM people WHERE income * income > 1", ("postgres",)),
-    # a comparison that casts text per row (DuckDB)
+    # integer overflow: DuckDB raises; SQLite widens to REAL
+    ("SELECT COUNT(*) FROM people WHERE age * 2 > 1", ("duckdb",)),
+    # TRY is DuckDB's guard only (other engines' layers write their own forms)
+    ("SELECT SUM(TRY(age * 2)) FROM people", ("sqlite",)),
+    # a comparison that converts text per row (DuckDB); SQLite orders any values
     ("SELECT COUNT(*) FROM people WHERE name = 5", ("duckdb",)),
-    # a TRY above the failing node (DuckDB computes repeated subexpressions apart)
-    ("SELECT COUNT(*) FROM people WHERE TRY(age * 2 + 1) > 1", BACKENDS),
-    # patterns and REPLACE: refused everywhere, even inside TRY
-    ("SELECT COUNT(*) FROM people WHERE TRY(name LIKE name)", BACKENDS),
-    ("SELECT COUNT(*) FROM people WHERE REPLACE(name, 'a', 'bb') = 'x'", BACKENDS),
+    # a TRY above the failing node: DuckDB computes repeated subexpressions apart
+    ("SELECT COUNT(*) FROM people WHERE TRY(age * 2 + 1) > 1", ("duckdb", "sqlite")),
+    # a pattern from the data
+    ("SELECT COUNT(*) FROM people WHERE name LIKE name", ("duckdb", "sqlite")),
+    # a REPLACE that lengthens
+    ("SELECT COUNT(*) FROM people WHERE REPLACE(name, 'a', 'bb') = 'x'", ("duckdb", "sqlite")),
     # SQLite's SUM of integers raises on overflow (its dialect layer writes TOTAL)
     ("SELECT SUM(age) FROM people", ("sqlite",)),
-    ("SELECT SUM(LEAST(GREATEST(CAST(age AS HUGEINT), 0), 100)) FROM people", ("sqlite",)),
-    # a SUM with no proven bound: no guard can wrap an aggregate; TRY_CAST is a plain
-    # CAST on PostgreSQL
-    ("SELECT SUM(TRY_CAST(income AS HUGEINT)) FROM people", ("duckdb", "postgres", "sqlite")),
-    # dates beyond a backend's range
+    # ABS of the smallest integer raises on both (SQLite's layer writes MAX(x, -x))
+    ("SELECT SUM(ABS(age)) FROM people", ("duckdb", "sqlite")),
+    # date arithmetic beyond DuckDB's range
     ("SELECT COUNT(*) FROM people WHERE d + INTERVAL '1' YEAR > DATE '2000-01-01'",
-     ("duckdb", "postgres", "spark")),
+     ("duckdb", "sqlite")),
 ])
-def test_failure_model_per_backend(sql, backends):
-    for backend in BACKENDS:
-        found = _problems(sql, backend)
-        if backend in backends:
-            assert found, (backend, sql)
+def test_allow_list_check_per_backend(sql, backends, database):
+    """The final check of each engine, on a tree as written: DuckDB and SQLite here
+    (PostgreSQL and Spark check the tree their dialect layers write, which the engine
+    tests and the totality fuzzer cover)."""
+    for kind in ("duckdb", "sqlite"):
+        found = _problems(_backend(kind, database), sql)
+        if kind in backends:
+            assert found, (kind, sql)
         else:
-            assert not found, (backend, sql, found)
+            assert not found, (kind, sql, found)
 
 
-def test_check_guards_raises_an_uncharged_backend_error():
+def test_check_total_raises_an_uncharged_backend_error(database):
+    from dpsql.backends import total
+
+    backend = _backend("duckdb", database)
+    tree = parse_one("SELECT COUNT(*) FROM people WHERE age * 2 > 1", read="duckdb")
     with pytest.raises(dpsql.BackendError, match="could fail on some data") as info:
-        check_guards(parse_one("SELECT COUNT(*) FROM people WHERE age * 2 > 1"), "duckdb",
-                     _TYPES.get)
+        total.check_total(tree, backend.allow, backend.engine_types(tree))
     assert info.value.charged is False
-    check_guards(parse_one("SELECT COUNT(*) FROM people WHERE TRY(age * 2) > 1"), "duckdb",
-                 _TYPES.get)
+    guarded = parse_one("SELECT COUNT(*) FROM people WHERE TRY(age * 2) > 1", read="duckdb")
+    total.check_total(guarded, backend.allow, backend.engine_types(guarded))
 
 
-def test_every_backend_transform_passes_its_own_check():
-    """The dialect layer writes only what its backend's check accepts (SQLite, still
-    checked by dpsql's model; DuckDB, PostgreSQL and Spark are checked by their
-    allow-lists on the engine's types, in every query the engine tests run)."""
+def test_every_backend_writes_only_what_its_check_accepts(pums_file, tmp_path):
+    """Rewritten queries pass each backend's whole path: guards placed, dialect forms
+    written, the final tree proved total (to_sql raises otherwise)."""
+    from dpsql.backends import open_backend
     from dpsql.engine import _demo_plan
     from dpsql.rewrite import rewrite
 
-    pums = {"pums": {"pid": "BIGINT", "age": "BIGINT", "sex": "BIGINT", "educ": "BIGINT",
-                     "race": "BIGINT", "income": "DOUBLE", "married": "BIGINT"}}
-    pums["pums_dup"] = pums["pums"]
-    for sql in ("SELECT sex, AVG(income), VARIANCE(age) FROM pums_dup GROUP BY sex",
-                "SELECT age // 10 AS d, SUM(income % 7.5) FROM pums GROUP BY d",
-                "SELECT COUNT(DISTINCT educ) FROM pums_dup WHERE SQRT(age) > 2"):
-        tree = rewrite(_demo_plan(sql, max_rows=3))
-        for backend, transforms in (("sqlite", dialects.SQLITE),):
-            ctx = dialects.context(tree, pums.get, backend, server_version=160000)
-            final = dialects.apply(tree, transforms, ctx)
-            assert not problems(final, backend, pums.get), (backend, sql)
+    source = duckdb.connect(str(pums_file), read_only=True)
+    copy_tables(source, f"sqlite:///{tmp_path / 'pums.db'}", ["pums", "pums_dup"])
+    source.close()
+    for database in (str(pums_file), f"sqlite:///{tmp_path / 'pums.db'}"):
+        backend = open_backend(database)
+        for sql in ("SELECT sex, AVG(income), VARIANCE(age) FROM pums_dup GROUP BY sex",
+                    "SELECT age // 10 AS d, SUM(income % 7.5) FROM pums GROUP BY d",
+                    "SELECT COUNT(DISTINCT educ) FROM pums_dup WHERE SQRT(age) > 2"):
+            assert backend.to_sql(rewrite(_demo_plan(sql, max_rows=3))), (database, sql)
+        backend.close()
 
 
-def test_statistics_query_alone_is_refused_by_the_check():
-    """Without the rewrite's guards the plain statistics query fails the check."""
+def test_statistics_query_alone_is_guarded_by_the_backend(database):
+    """Without any pass, the plain statistics query has operations that may fail; the
+    backend guards them (or refuses), and the result passes the check."""
+    from dpsql.backends import total
     from dpsql.engine import _demo_plan
 
+    backend = _backend("duckdb", database)
     plan = _demo_plan("SELECT SUM(age * 2) FROM pums WHERE CAST(educ AS INT) > 1")
-    types = {"pums": {"pid": "BIGINT", "age": "BIGINT", "educ": "VARCHAR",
-                      "income": "DOUBLE", "sex": "BIGINT", "race": "BIGINT",
-                      "married": "BIGINT"}}
-    assert problems(statistics_query(plan), "duckdb", types.get)
-    assert not problems(guard_errors(statistics_query(plan), plan), "duckdb", types.get)
+    tree = statistics_query(plan)
+    for table in tree.find_all(exp.Table):
+        table.set("this", exp.to_identifier("people"))
+    for column in tree.find_all(exp.Column):
+        if column.name == "educ":
+            column.set("this", exp.to_identifier("name"))
+    assert _problems(backend, tree.sql(dialect="duckdb"))
+    sql = backend.to_sql(tree)
+    assert "TRY" in sql
+    final = parse_one(sql, read="duckdb")
+    assert not total.problems(final, backend.allow, backend.engine_types(final))
 
 
 def test_sqlite_invalid_utf8_key_is_returned(sec, database):
@@ -479,3 +496,19 @@ def test_sqlite_invalid_utf8_key_is_returned(sec, database):
     sql = "SELECT name, COUNT(*) FROM people GROUP BY name"
     assert_agree(neighbours(sec, database, sql, _person(), kind="sqlite", patch=patch,
                             delta=0.4))
+
+
+def test_sqlite_long_text_reads_as_null(sec, database):
+    """Text past dialects.SQLITE_MAX_TEXT bytes reads as NULL, so that no expression of
+    at most max_value_length growth reaches SQLite's 1e9-byte limit after the charge (a
+    1,024-leaf `name || name` tree over one person's 1 MB name failed there)."""
+    from dpsql.limits import Limits
+
+    assert Limits().max_value_length * dialects.SQLITE_MAX_TEXT * 6 < 10**9
+    long = "x" * (dialects.SQLITE_MAX_TEXT + 1)
+    patch = f"UPDATE people SET name = '{long}' WHERE pid = {ATTACKER}"
+    sql = "SELECT COUNT(*) FROM people WHERE name IS NULL"
+    d, d2 = neighbours(sec, database, sql, _person(), kind="sqlite", patch=patch,
+                       epsilon=1e6)
+    assert d.kind == d2.kind == "result", (d.describe(), d2.describe())
+    assert d2.value.rows[0][0] - d.value.rows[0][0] == 1  # the long name is NULL
