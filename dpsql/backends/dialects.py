@@ -519,6 +519,8 @@ def sqlite_dates(expression: exp.Expression, ctx: Context) -> exp.Expression:
             return exp.Anonymous(this="DATE", expressions=[node.this])
         if isinstance(node, exp.Year | exp.Month | exp.Day):
             return part(type(node).__name__, node.this)
+        if isinstance(node, exp.DayOfWeek | exp.DayOfYear):
+            return part("DOW" if isinstance(node, exp.DayOfWeek) else "DOY", node.this)
         if isinstance(node, exp.Extract):
             return part(node.this.name, node.expression)
         if isinstance(node, exp.TimestampTrunc | exp.DateTrunc):
