@@ -65,6 +65,10 @@ from dpsql.limits import Limits
 #: SQL text dpsql checked.
 SAFE_CONF = {
     "spark.sql.ansi.enabled": "false",
+    # a guard covers only the node it wraps: Spark's common-subexpression elimination
+    # would compute a part shared by two guarded nodes (the implicit CAST of a DATE in
+    # TRY_ADD(d, INTERVAL ...)) once, outside both guards, where it fails after the charge
+    "spark.sql.subexpressionElimination.enabled": "false",
     # ${env:X}, ${system:X}, ${spark.X} would be replaced everywhere, literals included
     "spark.sql.variable.substitute": "false",
     # BEGIN ... END would run several statements in one spark.sql call

@@ -512,3 +512,14 @@ def test_sqlite_long_text_reads_as_null(sec, database):
                        epsilon=1e6)
     assert d.kind == d2.kind == "result", (d.describe(), d2.describe())
     assert d2.value.rows[0][0] - d.value.rows[0][0] == 1  # the long name is NULL
+
+
+def test_spark_shared_subexpression_stays_inside_its_guards(sec, database):
+    """Spark's common-subexpression elimination computed the implicit CAST of a DATE
+    shared by two TRY_ADDs once, outside both: one person's far date failed the query
+    after the charge (attack review of the Spark port). SAFE_CONF switches it off."""
+    far = "CASE WHEN pid = 999 AND age > 50 THEN 1000000 ELSE 0 END"
+    x = f"(d + INTERVAL 1 YEAR * {far})"
+    sql = (f"SELECT COUNT(*) FROM people WHERE {x} + INTERVAL 1 HOUR IS NULL "
+           f"AND {x} + INTERVAL 2 HOUR IS NULL")
+    assert_agree(neighbours(sec, database, sql, _person(age=60), kind="spark"))
