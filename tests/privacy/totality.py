@@ -603,6 +603,10 @@ class QueryGen:
     def __init__(self, rng: random.Random):
         self.rng = rng
         self.sources: list[Source] = []
+        #: Expressions written so far in this query, by type: repeated now and then, as
+        #: engines compute a repeated subexpression once, apart from its guards (DuckDB;
+        #: Spark's common-subexpression elimination hoisted a cast out of TRY_ADD).
+        self.written: dict[str, list[str]] = {}
 
     def pick(self, options):
         return self.rng.choice(list(options))
@@ -629,11 +633,16 @@ class QueryGen:
         if depth <= 0 or self.chance(0.3):
             col = self.column(typ) if self.chance(0.7) else None
             return col if col is not None else self.pick(LITERALS[typ])
+        if self.written.get(typ) and self.chance(0.15):
+            return self.pick(self.written[typ])
         if typ == "bool" and self.chance(0.15):
             return self.victim_condition(depth)
         if self.chance(0.25) and self.people():
-            return self.fill(self.qualify(self.pick(HOT[typ])), depth - 1)
-        return self.fill(self.pick(TEMPLATES[typ]), depth - 1)
+            out = self.fill(self.qualify(self.pick(HOT[typ])), depth - 1)
+        else:
+            out = self.fill(self.pick(TEMPLATES[typ]), depth - 1)
+        self.written.setdefault(typ, []).append(out)
+        return out
 
     def people(self) -> Source | None:
         """The source holding people's columns (the extremes), if the FROM has one."""
@@ -758,6 +767,7 @@ class QueryGen:
         raise AssertionError(shape)
 
     def query(self) -> str:
+        self.written = {}
         self.prefix = ""
         frm = self.from_clause()
         keys = []
