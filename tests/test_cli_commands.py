@@ -239,7 +239,7 @@ def test_import_smartnoise_refusals(tmp_path, doc, message):
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="no shared SmartNoise data beside the checkout")
 def test_import_smartnoise_shared_files():
-    from dpsql.cli import smartnoise_catalog
+    from dpsql.smartnoise import smartnoise_catalog
 
     for path in sorted(SHARED.glob("*.yaml")):
         out = smartnoise_catalog(yaml.safe_load(path.read_text()), path.name)
