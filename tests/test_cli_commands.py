@@ -306,13 +306,6 @@ def test_shell_on_a_terminal(db, tmp_path):
 
 # -- Result.arrow and notebook display ---------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def conn(db):
-    with dpsql.connect(db, catalog=catalog_path("pums"), budget=(10.0, 1e-5),
-                       ledger=":memory:") as c:
-        yield c
-
-
 def test_result_arrow(conn):
     res = conn.execute("SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM pums "
                        "GROUP BY sex", epsilon=1.0)

@@ -29,6 +29,7 @@ import dpsql
 from dpsql.accounting import Cost
 from dpsql.datasets import load_pums
 from dpsql.ledger import LEDGER_ENV, Ledger
+from tests.support import NO_POSTGRES, PG_ADMIN_URL
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -203,10 +204,8 @@ def test_many_processes_at_many_past_charges(db, tmp_path):
 
 # -- PostgreSQL --------------------------------------------------------------------------------
 
-PG = os.environ.get("DPSQL_TEST_POSTGRES_ADMIN_URL")
-needs_pg = pytest.mark.skipif(
-    not PG, reason="no PostgreSQL server: set DPSQL_TEST_POSTGRES_ADMIN_URL (eval \"$(bash "
-    ".ci/postgres.sh start)\"; .ci/run does this)")
+PG = PG_ADMIN_URL  # the ledger's schemas are created by the owner's role
+needs_pg = pytest.mark.skipif(not PG, reason=NO_POSTGRES)
 
 
 @pytest.fixture
