@@ -207,6 +207,8 @@ def _tpch_cases():
         marks = [] if isinstance(kind, str) else list(kind.marks)
         for qname, sql in TPCH_QUERIES:
             case_marks = list(marks)
+            if name == "sqlite":  # SQLite's joins over TPC-H take minutes on 2 cores
+                case_marks.append(pytest.mark.slow)
             if name == "spark" and qname in THROUGH_FOREIGN_KEYS:
                 case_marks.append(pytest.mark.xfail(
                     raises=CatalogError, strict=True,

@@ -173,6 +173,7 @@ WORKER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # load: racing processes
 def test_processes_racing_never_overspend(db, tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)

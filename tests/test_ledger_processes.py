@@ -78,6 +78,7 @@ KILLED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # many processes killed at random points
 def test_sigkill_at_random_points_never_releases_an_answer_without_its_charge(db, tmp_path):
     kills = int(os.environ.get("DPSQL_LEDGER_KILLS", "20"))
     ledger = tmp_path / "killed.sqlite"
@@ -178,6 +179,7 @@ AT_ONCE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # load: many processes
 def test_many_processes_at_many_past_charges(db, tmp_path):
     from benchmarks.ledger import build
 

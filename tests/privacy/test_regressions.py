@@ -256,6 +256,7 @@ DETERMINISM = World(
 )
 
 
+@pytest.mark.slow  # 60 repeated runs per query
 @pytest.mark.parametrize("sql", [
     "SELECT QUANTILE_CONT(amount * amount, 0.9) FROM visits GROUP BY CAST(cat AS INT)",
     "SELECT MEDIAN(amount * 2), COUNT(*) FROM visits GROUP BY LENGTH(cat)",
