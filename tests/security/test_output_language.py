@@ -184,6 +184,7 @@ def recording_conn(security_db):
     conn.close()
 
 
+@pytest.mark.slow  # fuzzing (hypothesis)
 @settings(max_examples=300, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(template=st.sampled_from(_TEMPLATES), text=_TEXT)

@@ -229,6 +229,7 @@ bounds = st.one_of(st.none(), st.integers(min_value=-(10**30), max_value=10**30)
                    st.sampled_from([1, 2, 10**6, 10**6 + 1, 2**53, 10**400]))
 
 
+@pytest.mark.slow  # fuzzing (hypothesis)
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(sql=st.sampled_from(SQLS), epsilon=numbers, delta=numbers, max_groups=bounds,
        max_rows=bounds, mechanism=st.sampled_from(["laplace", "gaussian"]))
