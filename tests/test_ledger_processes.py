@@ -145,6 +145,7 @@ DISK_FULL = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # stress: writes until the file system is full
 def test_a_full_disk_is_a_ledger_error_before_any_data_is_read(db, tmp_path):
     ledger = tmp_path / "full.sqlite"
     proc = spawn(DISK_FULL, db, ledger)
