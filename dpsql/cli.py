@@ -15,27 +15,17 @@ JSON does.
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 import sys
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import click
 import sqlglot
-import yaml
 
 import dpsql
-from dpsql.catalog import load_yaml
-from dpsql.errors import (
-    CatalogError,
-    DpsqlError,
-    LedgerError,
-    QueryCancelled,
-    UnknownTableError,
-)
+from dpsql.errors import DpsqlError, LedgerError, QueryCancelled
 from dpsql.text import escape
 
 DEMO_QUERIES = [
@@ -627,25 +617,6 @@ def budget_migrate(source, target) -> None:
     click.echo(f"migrated {n} charges into {escape(target)}")
 
 
-@main.command()
-@click.option("--quick", is_flag=True, help="The small configuration CI runs (about 20 s).")
-@click.option("--name", default=None, help="Result name (default: latest, or quick).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Directory for results (default: benchmarks/results).")
-@click.option("--peers/--no-peers", default=None,
-              help="Run SmartNoise SQL side by side (default: in the full configuration).")
-def bench(quick, name, out, peers) -> None:
-    """Run the benchmark suite (speed, accuracy, scale, peers); needs a source checkout."""
-    try:
-        from benchmarks.run import RESULTS_DIR, run
-    except ImportError:
-        raise click.ClickException(
-            "dpsql bench runs from a source checkout (python -m benchmarks)") from None
-    config = "quick" if quick else "full"
-    run(config, out or RESULTS_DIR, True, name=name or ("latest" if config == "full"
-                                                         else config), peers=peers)
-
-
 @main.group()
 def catalog() -> None:
     """Work with catalogs."""
@@ -717,251 +688,12 @@ def check_against_database(cat, catalog_file, database) -> list[str]:
 
 # -- catalog draft and import ------------------------------------------------------------
 
-def _y(value) -> str:
-    """One YAML scalar or flow collection, as text."""
-    text = yaml.safe_dump(value, default_flow_style=True, width=10**9, allow_unicode=True)
-    text = text.strip()
-    if text.endswith("\n..."):
-        text = text[:-4].strip()
-    return text
-
-
-def _flow(entries: list[tuple[str, object]]) -> str:
-    return "{" + ", ".join(f"{k}: {_y(v)}" for k, v in entries) + "}"
-
-
 def _emit(path: Path | None, text: str) -> None:
     if path is None:
         click.echo(text, nl=False)
     else:
         path.write_text(text, encoding="utf-8")
         click.echo(f"wrote {path}", err=True)
-
-
-def _duckdb_type(dtype: str) -> str | None:
-    """The catalog type of a DuckDB column type, or None when dpsql has none for it."""
-    base = dtype.split("(")[0].strip().upper()
-    if "[" in base or base.startswith(("STRUCT", "MAP", "UNION")):
-        return None
-    if base in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT",
-                "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "INT"):
-        return "int"
-    if base in ("FLOAT", "DOUBLE", "REAL", "DECIMAL", "NUMERIC"):
-        return "float"
-    if base in ("VARCHAR", "TEXT", "STRING", "CHAR", "ENUM"):
-        return "string"
-    if base in ("BOOLEAN", "BOOL"):
-        return "bool"
-    if base == "DATE":
-        return "date"
-    if base.startswith("TIMESTAMP"):
-        return "timestamp"
-    return None
-
-
-def draft_catalog(database: str | Path, tables: list[str], user_key: str | None = None,
-                  row_privacy: bool = False, dataset: str | None = None) -> str:
-    """A catalog skeleton for ``tables``, from the database's schema only.
-
-    Only column names, types and NOT NULL constraints are read (DuckDB's
-    information_schema), never a row: bounds are left as ``null`` with a TODO for the
-    data owner, who knows them from outside the data. The draft loads as it is
-    (columns without bounds cannot be aggregated) once the user key is chosen.
-    """
-    import duckdb
-
-    try:
-        con = duckdb.connect(str(database), read_only=True,
-                             config={"enable_external_access": False})
-    except duckdb.Error as exc:
-        raise click.UsageError(f"cannot open DuckDB database {str(database)!r}: {exc}"
-                               ) from None
-    try:
-        schemas = {}
-        for table in tables:
-            rows = con.execute(
-                "SELECT table_name, column_name, data_type, is_nullable "
-                "FROM information_schema.columns WHERE table_schema = current_schema() "
-                "AND lower(table_name) = lower(?) ORDER BY ordinal_position", [table],
-            ).fetchall()
-            if not rows:
-                known = [r[0] for r in con.execute(
-                    "SELECT DISTINCT table_name FROM information_schema.columns "
-                    "WHERE table_schema = current_schema() ORDER BY 1").fetchall()]
-                raise UnknownTableError(f"no table {table!r} in {database} (tables: "
-                                        f"{', '.join(known) or 'none'})")
-            schemas[rows[0][0]] = [(name, dtype, nullable == "YES")
-                                   for _, name, dtype, nullable in rows]
-    finally:
-        con.close()
-
-    out = [
-        f"# dpsql catalog draft for {Path(database).name}, made from the schema alone (no "
-        "row was read).",
-        "# TODO: fill in what you know about the data from outside it, never from the",
-        "# data itself (bounds computed from private data leak them):",
-        "#   lower, upper  the range an aggregate clamps a column to; a column left",
-        "#                 without bounds cannot be aggregated (such queries are refused)",
-        "#   values        optional: the public domain of a grouping column",
-        f"dataset: {_y(dataset or Path(database).stem)}",
-        "# budget: {epsilon: 1, delta: 1e-6}   # TODO (optional): the data set's total",
-        "tables:",
-    ]
-    for table, columns in schemas.items():
-        names = [c[0] for c in columns]
-        if user_key is not None and user_key.lower() not in [n.lower() for n in names]:
-            raise click.BadParameter(f"{user_key!r} is not a column of {table!r} "
-                                     f"({', '.join(names)})", param_hint="--user-key")
-        out.append(f"  {_y(table)}:")
-        if user_key is not None:
-            key = next(n for n in names if n.lower() == user_key.lower())
-            out.append(f"    user_key: {_y(key)}    # the column that identifies a person")
-        elif row_privacy:
-            out.append("    row_privacy: true    # each row is a different person")
-        else:
-            out.append("    user_key: TODO    # TODO: the column that identifies a person, "
-                       "or replace this line with row_privacy: true")
-        if not row_privacy:
-            out.append("    max_groups: 1    # TODO: groups one person may contribute to")
-            out.append("    max_rows: 1      # TODO: rows one person may add to one group")
-        out.append("    columns:")
-        for name, dtype, nullable in columns:
-            ctype = _duckdb_type(dtype)
-            if ctype is None:
-                out.append(f"      # {_y(name)}: DuckDB type {dtype} has no dpsql type; "
-                           "left out")
-                continue
-            entries: list[tuple[str, object]] = [("type", ctype)]
-            is_key = user_key is not None and name.lower() == user_key.lower()
-            note = ""
-            if ctype in ("int", "float") and not is_key:
-                entries += [("lower", None), ("upper", None)]
-                note = "    # TODO: lower, upper"
-            if nullable:
-                entries.append(("nullable", True))
-            out.append(f"      {_y(name)}: {_flow(entries)}{note}")
-    return "\n".join(out) + "\n"
-
-
-#: SmartNoise column types and their catalog types.
-SMARTNOISE_TYPES = {"int": "int", "float": "float", "string": "string", "boolean": "bool",
-                    "datetime": "timestamp"}
-_SMARTNOISE_TABLE_KEYS = ("rows", "rows_exact", "row_privacy", "max_ids", "sample_max_ids",
-                          "clamp_counts", "clamp_columns", "use_dpsu", "censor_dims")
-
-
-def smartnoise_catalog(doc, source: str = "<metadata>", dataset: str | None = None) -> str:
-    """Converts SmartNoise SQL metadata (a parsed YAML document) into catalog YAML.
-
-    ``private_id`` becomes ``user_key``, ``row_privacy: true`` stays, ``max_ids``
-    becomes ``max_rows``, bounds and types are carried over (int bounds widened to
-    integers); options dpsql has no use for are listed in comments.
-
-    Raises:
-        CatalogError: the metadata is not in SmartNoise's format, or a table cannot be
-            expressed (several private_id columns, or no privacy unit at all).
-    """
-    def bad(message: str) -> CatalogError:
-        return CatalogError(f"SmartNoise metadata {source}: {message}")
-
-    if not isinstance(doc, Mapping) or not doc:
-        raise bad("expected a mapping with one collection")
-    collections = [k for k in doc if k != "engine"]
-    if len(collections) != 1:
-        raise bad(f"expected exactly one collection, got {len(collections)}")
-    collection = collections[0]
-    schemas = doc[collection]
-    if not isinstance(schemas, Mapping) or not schemas:
-        raise bad(f"collection {collection!r} must map schema names to tables")
-    if dataset is None:
-        dataset = (str(collection) if collection else
-                   str(next(iter(schemas))) if len(schemas) == 1 else "default").lower()
-    out = [f"# dpsql catalog converted from SmartNoise SQL metadata {source}.",
-           "# Check it: bounds and privacy units are the data owner's promises.",
-           f"dataset: {_y(dataset)}",
-           "tables:"]
-    seen: dict[str, str] = {}
-    for schema, tables in schemas.items():
-        if not isinstance(tables, Mapping):
-            raise bad(f"schema {schema!r} must map table names to their metadata")
-        for table, tdoc in tables.items():
-            qualified = f"{schema}.{table}" if schema else str(table)
-            where = f"table {qualified}"
-            if not isinstance(tdoc, Mapping):
-                raise bad(f"{where}: expected a mapping of options and columns")
-            if str(table).lower() in seen:
-                raise bad(f"{where}: the same table name as {seen[str(table).lower()]} "
-                          "(dpsql catalogs have no schemas)")
-            seen[str(table).lower()] = qualified
-            out += _smartnoise_table(str(table), qualified, tdoc, bad)
-    return "\n".join(out) + "\n"
-
-
-def _smartnoise_table(table: str, qualified: str, tdoc: Mapping, bad) -> list[str]:
-    where = f"table {qualified}"
-    options = {k: tdoc[k] for k in _SMARTNOISE_TABLE_KEYS if k in tdoc}
-    columns = {k: v for k, v in tdoc.items() if k not in _SMARTNOISE_TABLE_KEYS}
-    if not columns:
-        raise bad(f"{where}: no columns")
-    keys = [name for name, c in columns.items()
-            if isinstance(c, Mapping) and c.get("private_id")]
-    if len(keys) > 1:
-        raise bad(f"{where}: several private_id columns ({', '.join(map(str, keys))}); "
-                  "dpsql takes one user key column")
-    row_privacy = bool(options.pop("row_privacy", False))
-    lines = [f"  {_y(table)}:    # SmartNoise {qualified}"]
-    if keys:
-        lines.append(f"    user_key: {_y(str(keys[0]))}    # SmartNoise private_id")
-        max_ids = options.pop("max_ids", 1)
-        if isinstance(max_ids, bool) or not isinstance(max_ids, int) or max_ids < 1:
-            raise bad(f"{where}: max_ids must be a positive integer, got {max_ids!r}")
-        lines.append(f"    max_rows: {max_ids}    # SmartNoise max_ids; max_groups stays 1")
-    elif row_privacy:
-        lines.append("    row_privacy: true")
-    else:
-        raise bad(f"{where}: no private_id column and row_privacy is not true, so nothing "
-                  "says who a row belongs to")
-    if options:
-        lines.append("    # SmartNoise options not carried over: "
-                     + ", ".join(f"{k}: {_y(v)}" for k, v in options.items()))
-    lines.append("    columns:")
-    for name, cdoc in columns.items():
-        lines.append(_smartnoise_column(str(name), cdoc, where, bad))
-    return lines
-
-
-def _smartnoise_column(name: str, cdoc, where: str, bad) -> str:
-    if not isinstance(cdoc, Mapping) or "type" not in cdoc:
-        raise bad(f"{where}, column {name!r}: expected a mapping with a type")
-    sn_type = str(cdoc["type"])
-    ctype = SMARTNOISE_TYPES.get(sn_type)
-    if ctype is None:
-        return f"      # {_y(name)}: SmartNoise type {sn_type!r} has no dpsql type; left out"
-    entries: list[tuple[str, object]] = [("type", ctype)]
-    notes = []
-    lower, upper = cdoc.get("lower"), cdoc.get("upper")
-    if ctype in ("int", "float") and lower is not None and upper is not None:
-        try:
-            lower, upper = float(lower), float(upper)
-        except (TypeError, ValueError):
-            raise bad(f"{where}, column {name!r}: bounds must be numbers") from None
-        if ctype == "int":  # widening keeps every promised value inside
-            lower, upper = math.floor(lower), math.ceil(upper)
-        elif lower.is_integer() and upper.is_integer():
-            lower, upper = int(lower), int(upper)
-        entries += [("lower", lower), ("upper", upper)]
-    elif lower is not None or upper is not None:
-        notes.append("only one bound given (dpsql needs both): bounds left out")
-    # SmartNoise columns are nullable unless declared otherwise; a missing_value is a
-    # substitution dpsql does not make, so NULLs stay possible
-    if cdoc.get("nullable", True) or cdoc.get("missing_value") is not None:
-        entries.append(("nullable", True))
-    dropped = [k for k in ("sensitivity", "missing_value", "card") if k in cdoc]
-    if dropped:
-        notes.append("not carried over: " + ", ".join(f"{k}: {_y(cdoc[k])}"
-                                                       for k in dropped))
-    note = f"    # {'; '.join(notes)}" if notes else ""
-    return f"      {_y(name)}: {_flow(entries)}{note}"
 
 
 @catalog.command("draft")
@@ -979,9 +711,17 @@ def catalog_draft(tables, database, user_key, row_privacy, dataset, output) -> N
     Bounds are left as 'lower: null, upper: null' with a TODO: the data owner fills
     them from outside knowledge, never from the private data.
     """
+    from dpsql.catalog_draft import DraftArgumentError, draft_catalog
+
     if user_key and row_privacy:
         raise click.UsageError("give --user-key or --row-privacy, not both")
-    _emit(output, draft_catalog(database, list(tables), user_key, row_privacy, dataset))
+    try:
+        text = draft_catalog(database, list(tables), user_key, row_privacy, dataset)
+    except DraftArgumentError as exc:  # usage errors (status 2), naming the flag
+        if exc.argument == "user_key":
+            raise click.BadParameter(str(exc), param_hint="--user-key") from None
+        raise click.UsageError(str(exc)) from None
+    _emit(output, text)
 
 
 @catalog.command("import-smartnoise")
@@ -992,13 +732,9 @@ def catalog_draft(tables, database, user_key, row_privacy, dataset, output) -> N
               help="Write the catalog here instead of to stdout.")
 def catalog_import_smartnoise(path, dataset, output) -> None:
     """Convert SmartNoise SQL metadata YAML into a dpsql catalog."""
-    try:
-        doc = load_yaml(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise CatalogError(f"{path} is not valid YAML: {exc}") from None
-    text = smartnoise_catalog(doc, path.name, dataset)
-    dpsql.load_catalog(load_yaml(text))  # what is written must load
-    _emit(output, text)
+    from dpsql.smartnoise import import_smartnoise
+
+    _emit(output, import_smartnoise(path, dataset))
 
 
 # the service (dpsql/server): `dpsql serve` and `dpsql user`

@@ -10,7 +10,8 @@ query can fail at run time because of the data.
 PostgreSQL runs when ``DPSQL_TEST_POSTGRES_URL`` (dpsql's read-only role) and
 ``DPSQL_TEST_POSTGRES_ADMIN_URL`` (the owner, to load the data) are set, e.g. by
 ``eval "$(bash .ci/postgres.sh start)"``; Spark when pyspark and Java are installed.
-Gaps are pytest markers with their reason.
+Gaps are pytest markers with their reason (:data:`tests.support.BACKEND_MATRIX`);
+Spark's cases are ``slow``.
 """
 
 from __future__ import annotations
@@ -18,164 +19,31 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
-import importlib.util
 import math
-import os
-import shutil
 
-import duckdb
 import pytest
 
 import dpsql
 from dpsql.analyze import analyze
 from dpsql.backends import open_backend
-from dpsql.backends.loaders import copy_tables, load_tpch_into
 from dpsql.catalog import load_catalog
-from dpsql.datasets import catalog_path, load_pums, load_tpch, pums_catalog, tpchgen
+from dpsql.datasets import catalog_path, pums_catalog
 from dpsql.errors import BackendError, CatalogError
 from dpsql.parse import parse
 from dpsql.rewrite import rewrite
 from dpsql.validate import validate
+from tests.support import BACKEND_MATRIX as BACKENDS
+from tests.support import (
+    EDGE_CATALOG,
+    HAVE_TPCH,
+    PG_ADMIN_URL,
+    database_for,
+    needs_postgres,
+    needs_spark,
+)
 
-PG_URL = os.environ.get("DPSQL_TEST_POSTGRES_URL")
-PG_ADMIN_URL = os.environ.get("DPSQL_TEST_POSTGRES_ADMIN_URL")
-HAVE_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java")
-try:
-    tpchgen()
-    HAVE_TPCH = True
-except FileNotFoundError:
-    HAVE_TPCH = False
-
-BACKENDS = [
-    "duckdb",
-    "sqlite",
-    pytest.param("postgres", marks=pytest.mark.skipif(
-        not (PG_URL and PG_ADMIN_URL),
-        reason="no PostgreSQL server: set DPSQL_TEST_POSTGRES_URL and "
-               "DPSQL_TEST_POSTGRES_ADMIN_URL (eval \"$(bash .ci/postgres.sh start)\")")),
-    pytest.param("spark", marks=pytest.mark.skipif(
-        not HAVE_SPARK, reason="pyspark or Java is not installed (pip install dpsql[spark])")),
-]
 NEEDS_TPCH = pytest.mark.skipif(not HAVE_TPCH, reason="tpchgen-cli (PyPI) is not installed")
-
-# -- data --------------------------------------------------------------------------------
-
-EDGE_CATALOG = {
-    "dataset": "edge",
-    "tables": {"edge": {"user_key": "uid", "max_groups": 2, "max_rows": 2, "columns": {
-        "uid": {"type": "int"},
-        "i": {"type": "int", "lower": -100, "upper": 100, "nullable": True},
-        "f": {"type": "float", "lower": -100, "upper": 100, "nullable": True},
-        "s": {"type": "string", "nullable": True},
-        "d": {"type": "date", "nullable": True},
-    }}},
-}
-_BIG, _SMALL = 9223372036854775807, -9223372036854775808
-#: Values far outside the catalog's bounds (allowed: bounds are enforced by clamping)
-#: that make naive SQL fail on one engine or another.
-EDGE_ROWS = [
-    (1, _BIG, 1e308, "abc", datetime.date(2020, 1, 1)),
-    (2, _SMALL, -1e308, "12", datetime.date(1, 1, 1)),
-    (3, 0, 0.0, "", datetime.date(9999, 12, 31)),
-    (4, 3037000500, 1e-300, "1e999", datetime.date(2000, 2, 29)),
-    (5, None, None, None, None),
-    (6, -1, -0.5, "2020-02-30", datetime.date(1970, 1, 1)),
-    (6, 7, 2.5, " 42 ", datetime.date(2024, 12, 31)),
-    (7, 4611686018427387904, 5e-324, "9" * 400, datetime.date(1999, 12, 31)),
-]
-
-
-def _duckdb_source(tmp_path_factory):
-    path = tmp_path_factory.mktemp("backends") / "source.duckdb"
-    con = duckdb.connect(str(path))
-    load_pums(con)
-    con.execute("CREATE TABLE edge (uid BIGINT, i BIGINT, f DOUBLE, s VARCHAR, d DATE)")
-    con.executemany("INSERT INTO edge VALUES (?, ?, ?, ?, ?)", EDGE_ROWS)
-    con.close()
-    return path
-
-
-@pytest.fixture(scope="session")
-def source(tmp_path_factory):
-    """A DuckDB file with pums, pums_dup and edge; and a TPC-H file if available."""
-    pums = _duckdb_source(tmp_path_factory)
-    tpch = None
-    if HAVE_TPCH:
-        tpch = tmp_path_factory.mktemp("backends") / "tpch.duckdb"
-        load_tpch(tpch, scale=0.01)
-    return pums, tpch
-
-
-@pytest.fixture(scope="session")
-def spark_session():
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("dpsql-tests")
-             .config("spark.ui.enabled", "false")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.default.parallelism", "2")
-             .config("spark.sql.adaptive.enabled", "false")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("OFF")
-    yield spark
-    spark.stop()
-
-
-_OPENED: dict = {}
-
-
-def _load(kind, pums, tpch, target):
-    con = duckdb.connect(str(pums), read_only=True)
-    try:
-        copy_tables(con, target, ["pums", "pums_dup", "edge"])
-    finally:
-        con.close()
-    if tpch is not None:
-        load_tpch_into(tpch, target)
-
-
-@pytest.fixture(scope="session")
-def backends(source, tmp_path_factory, request):
-    """Factory: the backend of a kind over the loaded data (each built once)."""
-    pums, tpch = source
-
-    def get(kind):
-        if kind in _OPENED:
-            return _OPENED[kind]
-        if kind == "duckdb":  # on copies: the sources stay open for the other loaders
-            copies = tmp_path_factory.mktemp("duckdb")
-            shutil.copy(pums, copies / "pums.duckdb")
-            if tpch:
-                shutil.copy(tpch, copies / "tpch.duckdb")
-            opened = (open_backend(copies / "pums.duckdb"),
-                      open_backend(copies / "tpch.duckdb") if tpch else None)
-        elif kind == "sqlite":
-            path = tmp_path_factory.mktemp("sqlite") / "data.db"
-            _load(kind, pums, tpch, f"sqlite:///{path}")
-            backend = open_backend(f"sqlite:///{path}")
-            opened = (backend, backend)
-        elif kind == "postgres":
-            _load(kind, pums, tpch, PG_ADMIN_URL)
-            backend = open_backend(PG_URL)
-            opened = (backend, backend)
-        else:
-            spark = request.getfixturevalue("spark_session")
-            _load(kind, pums, tpch, spark)
-            backend = open_backend(spark)
-            opened = (backend, backend)
-        _OPENED[kind] = opened
-        return opened
-
-    yield get
-    for pums_backend, tpch_backend in _OPENED.values():
-        pums_backend.close()
-        if tpch_backend is not None and tpch_backend is not pums_backend:
-            tpch_backend.close()
-    _OPENED.clear()
-
+_database = database_for  # what a user hands to dpsql.connect for a kind
 
 # -- the test-only hook: exact statistics without noise ----------------------------------
 
@@ -339,6 +207,8 @@ def _tpch_cases():
         marks = [] if isinstance(kind, str) else list(kind.marks)
         for qname, sql in TPCH_QUERIES:
             case_marks = list(marks)
+            if name == "sqlite":  # SQLite's joins over TPC-H take minutes on 2 cores
+                case_marks.append(pytest.mark.slow)
             if name == "spark" and qname in THROUGH_FOREIGN_KEYS:
                 case_marks.append(pytest.mark.xfail(
                     raises=CatalogError, strict=True,
@@ -425,18 +295,6 @@ def test_no_data_dependent_errors(kind, sql, backends):
 # -- the public path and least privilege -----------------------------------------------------
 
 
-def _database(kind, backends):
-    """What a user hands to dpsql.connect for this backend."""
-    backend = backends(kind)[0]
-    if kind == "duckdb":
-        return backend.name
-    if kind == "sqlite":
-        return f"sqlite:///{backend.path}"
-    if kind == "postgres":
-        return PG_URL
-    return backend._spark
-
-
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_connect_and_answer(kind, backends):
     conn = dpsql.connect(_database(kind, backends), catalog=_pums_catalog(),
@@ -485,7 +343,7 @@ def test_sqlite_is_read_only(backends):
     assert rows == [(1000.0,)]
 
 
-@pytest.mark.skipif(not (PG_URL and PG_ADMIN_URL), reason="no PostgreSQL server")
+@needs_postgres
 def test_postgres_is_read_only(backends):
     import sqlalchemy as sa
 
@@ -503,7 +361,8 @@ def test_postgres_is_read_only(backends):
         owner.close()
 
 
-@pytest.mark.skipif(not HAVE_SPARK, reason="pyspark or Java is not installed")
+@pytest.mark.slow
+@needs_spark
 def test_spark_session_settings_are_restored(backends):
     backend = backends("spark")[0]
     spark = backend._spark

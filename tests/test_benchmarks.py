@@ -35,6 +35,7 @@ def quick(tmp_path_factory):
     return out, results
 
 
+@pytest.mark.slow  # runs the quick benchmark
 def test_files_written(quick):
     out, results = quick
     for name in ("ci.json", "ci.md", "ci_error_vs_epsilon.png", "ci_latency_ratio.png",
@@ -71,6 +72,7 @@ def _check_accuracy(w: dict, names: set[str]) -> None:
             assert 0 <= a["coverage_bounded"] <= 1
 
 
+@pytest.mark.slow  # runs the quick benchmark
 def test_json_sane(quick):
     out, _ = quick
     r = json.loads((out / "ci.json").read_text())
@@ -90,6 +92,7 @@ def test_json_sane(quick):
     assert r["peers"]["smartnoise"]["status"].startswith("skipped")
 
 
+@pytest.mark.slow  # runs the quick benchmark
 @needs_tpchgen
 def test_tpch_results(quick):
     out, _ = quick
@@ -124,6 +127,7 @@ def test_tpch_results(quick):
         assert math.isfinite(sc["private_exponent"])
 
 
+@pytest.mark.slow  # runs the quick benchmark
 def test_summary_and_targets(quick):
     _, results = quick
     s = results["summary"]
@@ -147,6 +151,7 @@ def test_summary_and_targets(quick):
     assert len(peer) == 2 and all(t["met"] is None for t in peer)
 
 
+@pytest.mark.slow  # runs the quick benchmark
 def test_markdown_mentions_everything(quick):
     out, results = quick
     md = (out / "ci.md").read_text()

@@ -88,8 +88,13 @@ def test_without_bounding_the_same_check_fails(neighbours):
     assert worst > plan.stat("__s0").linf
 
 
-@pytest.mark.parametrize(("max_rows", "max_groups"), [(1, 1), (3, 1), (2, 4)])
-@pytest.mark.parametrize("group_by", ["", "educ"])
+#: The first case runs in the quick loop (pytest -m "not slow"), the others with everything.
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(("max_rows", "max_groups"), [
+    (1, 1), pytest.param(3, 1, marks=_SLOW), pytest.param(2, 4, marks=_SLOW)])
+@pytest.mark.parametrize("group_by", ["", pytest.param("educ", marks=_SLOW)])
 def test_one_user_moves_a_histogram_by_at_most_max_rows(neighbours, max_rows, max_groups,
                                                          group_by):
     """The user's 1,000 rows over 50 ages add at most R to a group's bins, in L1."""

@@ -16,6 +16,7 @@ import pytest
 import dpsql
 import dpsql.dbapi
 from dpsql.errors import QueryCancelled
+from tests.support import backend_of, ledger_of
 
 SLOW_SQL = "SELECT COUNT(*) FROM t a JOIN t b ON a.uid = b.uid AND a.x <> b.x"
 CATALOG = {"dataset": "slow", "tables": {"t": {"user_key": "uid", "columns": {
@@ -54,7 +55,7 @@ def _interrupt_when_charged(ledger, backend) -> list[threading.Timer]:
 
 def test_ctrl_c_during_a_query_raises_query_cancelled_and_keeps_the_charge(slow_file):
     conn = dpsql.connect(slow_file, catalog=CATALOG, budget=(10, 1e-5), ledger=":memory:")
-    timers = _interrupt_when_charged(conn._ledger, conn._backend)
+    timers = _interrupt_when_charged(ledger_of(conn), backend_of(conn))
     start = time.monotonic()
     with pytest.raises(QueryCancelled) as info:
         conn.execute(SLOW_SQL, epsilon=1.0)
@@ -66,7 +67,7 @@ def test_ctrl_c_during_a_query_raises_query_cancelled_and_keeps_the_charge(slow_
     assert isinstance(err, dpsql.DpsqlError) and err.charged
     assert "charge is kept" in str(err)
     assert conn.budget.spent == (1.0, 0.0)
-    entry = conn._ledger.log()[0]
+    entry = ledger_of(conn).log()[0]
     assert (entry["outcome"], entry["epsilon"], entry["sql"]) == ("cancelled", 1.0, SLOW_SQL)
     # the connection is usable afterwards
     assert len(conn.execute("SELECT COUNT(*) FROM t", epsilon=0.5).rows) == 1
@@ -77,7 +78,7 @@ def test_dbapi_maps_a_cancel_to_operational_error(slow_file):
     con = dpsql.dbapi.connect(slow_file, CATALOG, budget=(10, 1e-5), ledger=":memory:",
                               epsilon=0.5)
     cur = con.cursor()
-    timers = _interrupt_when_charged(con._conn._ledger, con._conn._backend)
+    timers = _interrupt_when_charged(ledger_of(con), backend_of(con))
     with pytest.raises(dpsql.dbapi.OperationalError) as info:
         cur.execute(SLOW_SQL)
     for t in timers:
@@ -98,7 +99,7 @@ def test_keyboard_interrupt_after_the_charge_is_a_cancel(connect, monkeypatch):
         conn.execute("SELECT COUNT(*) FROM pums", epsilon=0.25)
     assert info.value.charged
     assert conn.budget.spent == (0.25, 0.0)
-    assert conn._ledger.log()[0]["outcome"] == "cancelled"
+    assert ledger_of(conn).log()[0]["outcome"] == "cancelled"
 
 
 def test_keyboard_interrupt_before_the_charge_spends_nothing(connect, monkeypatch):
@@ -121,11 +122,11 @@ def test_duckdb_interrupt_errors_are_a_cancel(connect, monkeypatch, error):
     """DuckDB's own interrupt (another thread's ``interrupt()``, or its check for Ctrl-C)
     is a cancel too, never a bare RuntimeError or a 'failed' query."""
     conn = connect()
-    monkeypatch.setattr(type(conn._backend), "_run", lambda self, statement: error)
+    monkeypatch.setattr(type(backend_of(conn)), "_run", lambda self, statement: error)
     with pytest.raises(QueryCancelled):
         conn.execute("SELECT COUNT(*) FROM pums_dup", epsilon=0.25)
     assert conn.budget.spent == (0.25, 0.0)
-    assert conn._ledger.log()[0]["outcome"] == "cancelled"
+    assert ledger_of(conn).log()[0]["outcome"] == "cancelled"
 
 
 def test_ctrl_c_during_an_sqlite_query_is_a_cancel(tmp_path):
@@ -141,7 +142,7 @@ def test_ctrl_c_during_an_sqlite_query_is_a_cancel(tmp_path):
     con.close()
     conn = dpsql.connect(f"sqlite:///{path}", catalog=CATALOG, budget=(10, 1e-5),
                          ledger=":memory:")
-    timers = _interrupt_when_charged(conn._ledger, None)
+    timers = _interrupt_when_charged(ledger_of(conn), None)
     timers[1].cancel()  # no DuckDB here: the timeout of the test run is the watchdog
     start = time.monotonic()
     with pytest.raises(QueryCancelled):
@@ -149,7 +150,7 @@ def test_ctrl_c_during_an_sqlite_query_is_a_cancel(tmp_path):
     timers[0].cancel()
     assert time.monotonic() - start < 20
     assert conn.budget.spent == (1.0, 0.0)
-    assert conn._ledger.log()[0]["outcome"] == "cancelled"
+    assert ledger_of(conn).log()[0]["outcome"] == "cancelled"
     conn.close()
 
 
@@ -178,7 +179,7 @@ def test_a_worker_exception_of_any_kind_is_the_backend_error(connect, monkeypatc
     # threading.excepthook, which prints the backend's text on the analyst's terminal
     conn = connect()
 
-    backend = conn._backend
+    backend = backend_of(conn)
     def run(statement):
         raise OverflowError("secret backend text")
 
@@ -198,8 +199,8 @@ def test_an_interrupt_that_left_a_ledger_transaction_open_does_not_wedge_the_led
     # every later query failed ("cannot start a transaction within a transaction") and
     # the file stayed locked for every other process
     conn = connect()
-    conn._ledger._db.execute("BEGIN IMMEDIATE")  # what the interrupt left behind
+    ledger_of(conn)._db.execute("BEGIN IMMEDIATE")  # what the interrupt left behind
     res = conn.execute("SELECT COUNT(*) FROM pums", epsilon=1.0)
     assert res.cost == (1.0, 0.0)
     assert conn.budget.spent == (1.0, 0.0)
-    assert not conn._ledger._db.in_transaction
+    assert not ledger_of(conn)._db.in_transaction

@@ -317,7 +317,7 @@ def test_backslashes_in_parameters_are_refused_free(connect):
     with pytest.raises(dbapi.Error, match="backslash"):
         cur.execute("SELECT COUNT(*) AS n FROM pums WHERE CAST(sex AS VARCHAR) = ?",
                     ["0\\' OR 1=1 --"])
-    assert conn._conn.budget.spent == (0.0, 0.0)
+    assert conn.budget.spent == (0.0, 0.0)
 
 
 def test_bind_parameters_goes_through_sqlglot():

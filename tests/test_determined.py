@@ -14,6 +14,7 @@ import pytest
 from sqlglot import exp
 
 import dpsql
+from tests.support import prepare
 
 CATALOG = {
     "dataset": "determined",
@@ -91,7 +92,7 @@ def conn(tmp_path_factory):
 
 
 def _plan(conn, sql):
-    plan, expression, backend = conn._prepare(sql, 1.0, 1e-6, None, None)
+    plan, expression, backend = prepare(conn, sql, 1.0, 1e-6, None, None)
     return plan, expression, backend
 
 

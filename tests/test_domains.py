@@ -26,13 +26,14 @@ from dpsql.datasets import pums_catalog
 from dpsql.limits import DEFAULT, Limits
 from dpsql.noise import add_noise
 from tests.privacy.oracle import Neighbours, World, fixed_seed, noise_off
+from tests.support import checked, prepare
 
 
 def exact(conn, sql, epsilon=1.0, delta=1e-6):
     """The released keys and their exact first statistic (the noise off), and the plan."""
     with fixed_seed():
-        plan, expression, backend = conn._prepare(sql, epsilon, delta, None, None)
-        expression, _ = conn._check(plan, expression, backend)
+        plan, expression, backend = prepare(conn, sql, epsilon, delta, None, None)
+        expression, _ = checked(conn, plan, expression, backend)
     columns, rows = backend.execute(expression) if plan.stats else ([], [])
     with noise_off(plan):
         groups = add_noise(plan, columns, rows)

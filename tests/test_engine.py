@@ -11,6 +11,7 @@ import pytest
 
 import dpsql
 from dpsql.datasets import catalog_path, load_pums
+from tests.support import duckdb_of
 
 QUERY = "SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM pums GROUP BY sex"
 
@@ -299,7 +300,7 @@ def test_catalog_type_mismatch_is_refused_before_charging(pums_file):
 def test_database_is_opened_read_only_without_external_access(pums_file):
     conn = dpsql.connect(pums_file, catalog=catalog_path("pums"), budget=(1, 0),
                          ledger=":memory:")
-    con = conn._backend._con
+    con = duckdb_of(conn)
     with pytest.raises(duckdb.Error):
         con.execute("CREATE TABLE x (a INT)")
     with pytest.raises(duckdb.Error):

@@ -55,12 +55,18 @@ def _database(path, cities: dict[str, int]):
     return path
 
 
-@pytest.fixture
-def visits(tmp_path):
-    """Three big cities (300 users each) and forty cities of one user."""
+@pytest.fixture(scope="module")
+def visits_file(tmp_path_factory):
+    """Three big cities (300 users each) and forty cities of one user (made once: dpsql
+    only reads it)."""
     cities = {f"big{i}": 300 for i in range(3)} | {f"tiny{i}": 1 for i in range(40)}
-    path = _database(tmp_path / "visits.duckdb", cities)
-    conn = dpsql.connect(path, catalog=CATALOG, budget=(1e6, 0.5), ledger=":memory:")
+    return _database(tmp_path_factory.mktemp("explain") / "visits.duckdb", cities)
+
+
+@pytest.fixture
+def visits(visits_file):
+    """A fresh connection to :func:`visits_file`, its ledger in memory."""
+    conn = dpsql.connect(visits_file, catalog=CATALOG, budget=(1e6, 0.5), ledger=":memory:")
     yield conn
     conn.close()
 

@@ -19,7 +19,6 @@ import dpsql
 from dpsql.analyze.bounds import bounds
 from dpsql.analyze.domains import domain
 from dpsql.catalog import Column, load_catalog
-from dpsql.datasets import load_pums, pums_catalog
 
 D0, D1 = datetime.date(2020, 1, 1), datetime.date(2021, 12, 31)
 COLS = {
@@ -99,18 +98,8 @@ def test_catalog_date_bounds():
         load_catalog(doc)
 
 
-@pytest.fixture(scope="module")
-def conn():
-    con = duckdb.connect()
-    load_pums(con)
-    catalog = dataclasses.replace(pums_catalog(), budget=(1e9, 0.5))
-    c = dpsql.connect(con, catalog=catalog, ledger=":memory:")
-    yield c, con
-    c.close()
-
-
-def test_a_case_key_with_literal_results_needs_no_delta(conn):
-    c, con = conn
+def test_a_case_key_with_literal_results_needs_no_delta(connect, pums_db):
+    c, con = connect(budget=(1e9, 0.5)), pums_db
     sql = ("SELECT CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'middle' ELSE 'old' "
            "END AS grp, COUNT(*) AS n FROM pums_dup GROUP BY grp ORDER BY grp")
     res = c.execute(sql, epsilon=1e4, max_rows=4)  # delta = 0: no partition selection
@@ -118,8 +107,8 @@ def test_a_case_key_with_literal_results_needs_no_delta(conn):
     assert [(g, round(n)) for g, n in res.rows] == con.execute(sql).fetchall()
 
 
-def test_string_functions_on_keys_and_filters(conn):
-    c, con = conn
+def test_string_functions_on_keys_and_filters(connect, pums_db):
+    c, con = connect(budget=(1e9, 0.5)), pums_db
     sql = ("SELECT UPPER(CONCAT('r', CAST(race AS VARCHAR))) AS r, COUNT(*) AS n FROM pums "
            "WHERE LENGTH(CAST(income AS VARCHAR)) > 3 AND TRIM(' x ') = 'x' "
            "GROUP BY r ORDER BY r")

@@ -16,6 +16,7 @@ import dpsql
 from dpsql.accounting import Accounting, Cost, spent, zcdp_to_dp
 from dpsql.datasets import catalog_path, load_pums
 from dpsql.ledger import Ledger
+from tests.support import backend_of
 
 COUNT = "SELECT COUNT(*) FROM pums"
 
@@ -68,7 +69,7 @@ def test_failure_after_charge_keeps_it(db, monkeypatch):
         def fail(expression):
             raise dpsql.BackendError("the backend failed while running the query")
 
-        monkeypatch.setattr(conn._backend, "execute", fail)
+        monkeypatch.setattr(backend_of(conn), "execute", fail)
         with pytest.raises(dpsql.BackendError) as info:
             conn.execute("SELECT SUM(age) FROM pums", epsilon=1.0)
         assert info.value.charged
@@ -172,6 +173,7 @@ WORKER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # load: racing processes
 def test_processes_racing_never_overspend(db, tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)

@@ -38,6 +38,7 @@ from dpsql.ledger import (
     TIMEOUT_ENV,
     Ledger,
 )
+from tests.support import ledger_of
 
 COUNT = "SELECT COUNT(*) FROM pums"
 
@@ -606,7 +607,7 @@ def test_a_failed_outcome_write_keeps_the_charge_and_tells_the_owner(tmp_path, d
     assert res.rows
     assert "could not be recorded" in caplog.text and "disk full (injected)" in caplog.text
     assert conn.budget.spent == (1.0, 0.0)
-    assert conn._ledger.log()[0]["outcome"] == "charged"
+    assert ledger_of(conn).log()[0]["outcome"] == "charged"
     conn.close()
 
 

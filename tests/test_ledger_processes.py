@@ -29,6 +29,7 @@ import dpsql
 from dpsql.accounting import Cost
 from dpsql.datasets import load_pums
 from dpsql.ledger import LEDGER_ENV, Ledger
+from tests.support import NO_POSTGRES, PG_ADMIN_URL
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -77,6 +78,7 @@ KILLED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # many processes killed at random points
 def test_sigkill_at_random_points_never_releases_an_answer_without_its_charge(db, tmp_path):
     kills = int(os.environ.get("DPSQL_LEDGER_KILLS", "20"))
     ledger = tmp_path / "killed.sqlite"
@@ -143,6 +145,7 @@ DISK_FULL = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # stress: writes until the file system is full
 def test_a_full_disk_is_a_ledger_error_before_any_data_is_read(db, tmp_path):
     ledger = tmp_path / "full.sqlite"
     proc = spawn(DISK_FULL, db, ledger)
@@ -177,6 +180,7 @@ AT_ONCE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # load: many processes
 def test_many_processes_at_many_past_charges(db, tmp_path):
     from benchmarks.ledger import build
 
@@ -203,10 +207,8 @@ def test_many_processes_at_many_past_charges(db, tmp_path):
 
 # -- PostgreSQL --------------------------------------------------------------------------------
 
-PG = os.environ.get("DPSQL_TEST_POSTGRES_ADMIN_URL")
-needs_pg = pytest.mark.skipif(
-    not PG, reason="no PostgreSQL server: set DPSQL_TEST_POSTGRES_ADMIN_URL (eval \"$(bash "
-    ".ci/postgres.sh start)\"; .ci/run does this)")
+PG = PG_ADMIN_URL  # the ledger's schemas are created by the owner's role
+needs_pg = pytest.mark.skipif(not PG, reason=NO_POSTGRES)
 
 
 @pytest.fixture

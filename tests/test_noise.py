@@ -58,6 +58,7 @@ def test_partition_threshold_is_minimal_and_within_delta(epsilon, delta, groups)
     assert groups * q ** (sel.threshold - 2) / (1 + q) > delta or sel.threshold == 2
 
 
+@pytest.mark.slow  # statistical
 def test_partition_selection_releases_single_user_keys_rarely():
     sel = LaplaceThreshold(1.0, 1e-2, 1)  # large delta so the leak is measurable
     n = 200_000
@@ -107,6 +108,7 @@ def spread_matches(noise, mech):
 SQL = "SELECT COUNT(*), SUM(income) FROM pums"
 
 
+@pytest.mark.slow  # statistical
 def test_count_and_sum_spread_match_sensitivity():
     plan, draws = noisy_draws(SQL, epsilon=1.0)
     count, total = plan.stats
@@ -118,6 +120,7 @@ def test_count_and_sum_spread_match_sensitivity():
     assert np.all(draws["__s0"] == np.round(draws["__s0"]))  # integer noise on counts
 
 
+@pytest.mark.slow  # statistical
 def test_count_noise_follows_the_exact_pmf():
     plan, draws = noisy_draws(SQL, epsilon=1.0)
     observed = draws["__s0"].astype(int)
@@ -130,6 +133,7 @@ def test_count_noise_follows_the_exact_pmf():
     assert p > 1e-4
 
 
+@pytest.mark.slow  # statistical
 @pytest.mark.parametrize("stat", ["__s0", "__s1"])
 def test_spread_check_catches_halved_noise(stat):
     plan, draws = noisy_draws(SQL, epsilon=1.0, halve=stat)
@@ -137,6 +141,7 @@ def test_spread_check_catches_halved_noise(stat):
     assert not spread_matches(draws[stat], honest)
 
 
+@pytest.mark.slow  # statistical
 def test_user_level_scale_uses_max_rows_and_max_groups():
     plan, draws = noisy_draws("SELECT COUNT(*) FROM pums_dup", epsilon=1.0, max_rows=3)
     assert plan.stat("__s0").mechanism.scale == 3.0  # L∞ = R = 3

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 
 import duckdb
@@ -26,48 +25,17 @@ from dpsql.datasets import pums_catalog
 from dpsql.normalize import PASSES, normalize
 from dpsql.parse import parse
 from dpsql.validate import validate
+from tests.support import read_cases, write_cases
 
 FIXTURES = Path(__file__).parent / "fixtures" / "normalize"
 REGEN = os.environ.get("DPSQL_REGEN_FIXTURES") == "1"
-REFERENCE = re.compile(r"#\s*reference:\s*(.+)$")
-
-
-def read_cases(path: Path) -> tuple[list[str], list[dict]]:
-    header, cases, statements, reference, buf = [], [], [], None, []
-    for line in path.read_text().splitlines():
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            match = REFERENCE.match(stripped)
-            if match:
-                reference = match.group(1).strip()
-            elif not cases and not statements:
-                header.append(line)
-            continue
-        if not stripped:
-            continue
-        buf.append(stripped)
-        if stripped.endswith(";"):
-            statements.append(" ".join(buf)[:-1])
-            buf = []
-            if len(statements) == 2:
-                cases.append({"sql": statements[0], "expected": statements[1],
-                              "reference": reference})
-                statements, reference = [], None
-    return header, cases
-
-
-def write_cases(path: Path, header: list[str], cases: list[dict]) -> None:
-    lines = [*header, ""] if header else []
-    for case in cases:
-        if case["reference"]:
-            lines.append(f"# reference: {case['reference']}")
-        lines += [case["sql"] + ";", case["expected"] + ";", ""]
-    path.write_text("\n".join(lines))
+#: ``# reference: SQL`` before a case: the same statistic in DuckDB's own words.
+OPTIONS = {"reference": str}
 
 
 def all_cases():
     for path in sorted(FIXTURES.glob("*.sql")):
-        for i, case in enumerate(read_cases(path)[1]):
+        for i, case in enumerate(read_cases(path, OPTIONS)[1]):
             yield pytest.param(path, i, case, id=f"{path.stem}-{i}")
 
 
@@ -108,13 +76,13 @@ def test_fixture(path, index, case, exact):
     catalog = pums_catalog()
     got = validate(normalize(parse(case["sql"]), catalog)).sql(dialect="duckdb")
     if REGEN:
-        header, cases = read_cases(path)
+        header, cases = read_cases(path, OPTIONS)
         cases[index]["expected"] = got
         write_cases(path, header, cases)
     else:
-        assert case["expected"] != "TODO", f"{path.name}: case {index} unfilled"
+        assert case["expected"] not in (None, "TODO"), f"{path.name}: case {index} unfilled"
         assert got == case["expected"]
-    original = _rows(exact, case["reference"] or case["sql"])
+    original = _rows(exact, case["options"].get("reference") or case["sql"])
     assert _same(original, _rows(exact, got)), (original, _rows(exact, got))
 
 

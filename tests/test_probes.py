@@ -18,6 +18,7 @@ import dpsql
 from dpsql import dbapi
 from dpsql.datasets import catalog_path, pums_catalog
 from dpsql.probe import schema_probe
+from tests.support import backend_of, ledger_of
 
 PUMS = [("pid", "int"), ("age", "int"), ("sex", "int"), ("educ", "int"), ("race", "int"),
         ("income", "float"), ("married", "int")]
@@ -74,13 +75,8 @@ def test_probes_of_unknown_names_are_refused():
         schema_probe("SELECT nothing FROM pums LIMIT 0", pums_catalog())
 
 
-@pytest.fixture
-def conn(connect):
-    return connect(budget=(1.0, 1e-6))
-
-
 def test_a_probe_runs_nothing_and_costs_nothing(conn):
-    backend = conn._backend
+    backend = backend_of(conn)
 
     def touched(*args, **kwargs):
         raise AssertionError("a probe must not reach the backend")
@@ -90,7 +86,7 @@ def test_a_probe_runs_nothing_and_costs_nothing(conn):
     assert res.columns == [c for c, _ in PUMS] and res.rows == [] and res.cost == (0.0, 0.0)
     assert list(res.df.columns) == res.columns and len(res.df) == 0
     assert conn.budget.spent == (0.0, 0.0)
-    (entry,) = conn._ledger.log()
+    (entry,) = ledger_of(conn).log()
     assert (entry["outcome"], entry["epsilon"], entry["delta"]) == ("answered", 0, 0)
 
 
@@ -98,7 +94,7 @@ def test_a_query_that_may_return_rows_is_not_a_probe(conn):
     with pytest.raises(dpsql.UnsupportedQueryError, match="raw rows"):
         conn.execute("SELECT * FROM pums WHERE age = 0", epsilon=1.0)
     assert conn.budget.spent == (0.0, 0.0)
-    assert conn._ledger.log()[0]["outcome"] == "refused"
+    assert ledger_of(conn).log()[0]["outcome"] == "refused"
 
 
 @pytest.fixture

@@ -79,6 +79,7 @@ def _coverage(mechanism, q, shrink=1.0, trials=2000, alpha=0.05):
     return hits / trials
 
 
+@pytest.mark.slow  # statistical
 @pytest.mark.parametrize("q", [0.0, 0.5, 0.9, 1.0])
 @pytest.mark.parametrize("mechanism", [DiscreteLaplace(8.0), DiscreteGaussian(8.0)],
                          ids=["laplace", "gaussian"])
@@ -86,6 +87,7 @@ def test_error_bar_covers_the_true_quantile(mechanism, q):
     assert _coverage(mechanism, q) >= 0.95
 
 
+@pytest.mark.slow  # statistical
 def test_a_too_narrow_error_bar_is_caught():
     """Per-edge errors a tenth of the derived ones: coverage falls well below 95%."""
     assert _coverage(DiscreteLaplace(8.0), 0.5, shrink=0.1) < 0.9
@@ -157,6 +159,7 @@ def test_quantiles_share_one_histogram_and_cost_one_statistic(pums):
     assert plan.statistics[0]["epsilon"] == 1.0
 
 
+@pytest.mark.slow  # statistical
 def test_engine_error_bars_cover_the_median(pums):
     conn = _conn(pums)
     truth = pums.execute("SELECT MEDIAN(age) FROM pums").fetchone()[0]

@@ -16,55 +16,19 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 
 import pytest
 
 from dpsql.engine import _demo_plan
 from dpsql.rewrite import RULES, statistics_query
+from tests.support import read_cases, write_cases
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PASSES = {"statistics_query": 0, **{rule.__name__: i + 1 for i, rule in enumerate(RULES)}}
-OPTION = re.compile(r"#\s*(max_rows|max_groups)\s*:\s*(\d+)\s*$")
+#: ``# max_rows: 4`` before a case: an option of its plan.
+OPTIONS = {"max_rows": int, "max_groups": int}
 REGEN = os.environ.get("DPSQL_REGEN_FIXTURES") == "1"
-
-
-def read_cases(path: Path) -> list[dict]:
-    """Parses a fixture file into cases {options, sql, expected, header}."""
-    cases, options, header, buf, statements = [], {}, [], [], []
-    for line in path.read_text().splitlines():
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            match = OPTION.match(stripped)
-            if match:
-                options[match.group(1)] = int(match.group(2))
-            elif not cases and not statements:
-                header.append(line)
-            continue
-        if not stripped:
-            continue
-        buf.append(stripped)
-        if stripped.endswith(";"):
-            statements.append(" ".join(buf)[:-1])
-            buf = []
-            if len(statements) == 1:
-                cases.append({"options": options, "sql": statements[0], "expected": None})
-                options = {}
-            if len(statements) == 2:
-                cases[-1]["expected"] = statements[1]
-                statements = []
-    for case in cases:
-        case["header"] = header
-    return cases
-
-
-def write_cases(path: Path, cases: list[dict]) -> None:
-    lines = [*cases[0]["header"], ""] if cases and cases[0]["header"] else []
-    for case in cases:
-        lines += [f"# {k}: {v}" for k, v in case["options"].items()]
-        lines += [case["sql"] + ";", case["expected"] + ";", ""]
-    path.write_text("\n".join(lines))
 
 
 def rewritten(sql: str, upto: int, options: dict):
@@ -78,7 +42,7 @@ def rewritten(sql: str, upto: int, options: dict):
 def all_cases():
     for path in sorted(FIXTURES.glob("*.sql")):
         assert path.stem in PASSES, f"fixture {path.name} names no rewrite pass"
-        for i, case in enumerate(read_cases(path)):
+        for i, case in enumerate(read_cases(path, OPTIONS)[1]):
             yield pytest.param(path, i, case, id=f"{path.stem}-{i}")
 
 
@@ -95,9 +59,9 @@ def test_fixture(path, index, case, pums_db):
     plan, expression = rewritten(case["sql"], PASSES[path.stem], case["options"])
     got = expression.sql(dialect="duckdb")
     if REGEN:
-        cases = read_cases(path)
+        header, cases = read_cases(path, OPTIONS)
         cases[index]["expected"] = got
-        write_cases(path, cases)
+        write_cases(path, header, cases)
     else:
         assert case["expected"] not in (None, "TODO"), f"{path.name}: case {index} unfilled"
         assert got == case["expected"]

@@ -20,11 +20,7 @@ from dpsql.analyze import analyze
 from dpsql.datasets import pums_catalog
 from dpsql.parse import parse
 from dpsql.validate import validate
-
-
-@pytest.fixture
-def conn(connect):
-    return connect()
+from tests.support import checked, prepare
 
 
 def exact(conn, sql, epsilon=1.0, delta=1e-6, **bounds):
@@ -33,9 +29,9 @@ def exact(conn, sql, epsilon=1.0, delta=1e-6, **bounds):
     The engine's own steps up to the backend (prepare, check, execute, read keys), with
     no noise and nothing charged: a test-only use of the connection's internals.
     """
-    plan, expression, backend = conn._prepare(sql, epsilon, delta, bounds.get("max_groups"),
+    plan, expression, backend = prepare(conn, sql, epsilon, delta, bounds.get("max_groups"),
                                               bounds.get("max_rows"))
-    expression, read = conn._check(plan, expression, backend)
+    expression, read = checked(conn, plan, expression, backend)
     if not (plan.stats or plan.selection is not None):
         return plan, []
     columns, rows = backend.execute(expression)

@@ -20,6 +20,9 @@ from dpsql.mechanisms.sampling import (
     uniform_below,
 )
 
+#: statistical (10^6 draws per case): left out by pytest -m "not slow"
+pytestmark = pytest.mark.slow
+
 DRAWS = 1_000_000
 
 

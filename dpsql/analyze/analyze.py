@@ -446,7 +446,7 @@ class _Analysis:
         """Replaces aggregates by cell columns and group keys by key columns.
 
         Names follow DuckDB's binder (post-processing runs there; the cases are tested
-        against DuckDB's own answers in ``tests/test_sqlnorm.py``). In HAVING, a column
+        against DuckDB's own answers in ``tests/test_spellings.py``). In HAVING, a column
         whose name is also an output name is that output (``HAVING income > ...`` with
         ``SUM(income) AS income``) unless the column by itself is a group key: this is
         decided column by column, before expressions are matched to group keys (with

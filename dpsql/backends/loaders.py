@@ -26,7 +26,7 @@ from pathlib import Path
 import duckdb
 from sqlglot import exp
 
-from dpsql.datasets import PUMS_TABLES, TPCH_KEYS, load_pums
+from dpsql.datasets import TPCH_KEYS
 
 
 def _schema(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple[str, str]]:
@@ -100,16 +100,6 @@ def _copy_to_spark(source, spark, tables) -> None:
             for name, dtype in schema)
         rows = source.execute(f"SELECT * FROM {table}").fetchall()
         spark.createDataFrame(rows, schema=ddl).createOrReplaceTempView(table)
-
-
-def load_pums_into(target) -> None:
-    """The bundled PUMS tables (``pums``, ``pums_dup``) into ``target`` (see copy_tables)."""
-    con = duckdb.connect()
-    try:
-        load_pums(con)
-        copy_tables(con, target, PUMS_TABLES)
-    finally:
-        con.close()
 
 
 def load_tpch_into(tpch_duckdb: str | Path, target) -> None:

@@ -24,7 +24,6 @@ address and per login.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import os
@@ -350,7 +349,3 @@ def self_signed(cert_path: Path, key_path: Path, host: str = "localhost") -> Non
     with os.fdopen(fd, "wb") as f:
         f.write(key_bytes)
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()

@@ -43,6 +43,7 @@ import duckdb
 
 import dpsql
 from dpsql.errors import BackendError, DpsqlError
+from tests.support import checked, prepare
 
 #: One seed for the L0 order on D and D′ (a different seed would move every user's groups).
 SEED = 1234567
@@ -270,9 +271,9 @@ class Neighbours:
         for conn, name in zip(self.conns, ("D", "D′"), strict=True):
             try:
                 with fixed_seed():
-                    plan, expression, backend = conn._prepare(sql, epsilon, delta, None, None,
-                                                              mechanism)
-                    conn._check(plan, expression, backend)
+                    plan, expression, backend = prepare(conn, sql, epsilon, delta, None, None,
+                                                        mechanism)
+                    checked(conn, plan, expression, backend)
                 prepared.append((plan, expression, backend, None))
             except DpsqlError as exc:
                 prepared.append((None, None, None, exc))

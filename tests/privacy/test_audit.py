@@ -37,6 +37,9 @@ from dpsql.postprocess import cell_values
 from dpsql.rewrite import guard_errors, rewrite
 from dpsql.validate import validate
 
+#: statistical (many samples per audit): left out by pytest -m "not slow"
+pytestmark = pytest.mark.slow
+
 N = 200_000  # draws per database and case
 CONFIDENCE = 1 - 1e-6  # a correct mechanism fails a case with probability < 1e-5
 ATTACKER = 10_000_000

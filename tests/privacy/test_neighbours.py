@@ -18,6 +18,9 @@ from dpsql.rewrite import statistics_query
 from tests.privacy.fuzz import CLASSES, ci_slice, slice_report
 from tests.privacy.oracle import World, check_world
 
+#: fuzzing: left out by pytest -m "not slow"
+pytestmark = pytest.mark.slow
+
 
 def test_neighbour_slice():
     recorders = ci_slice()

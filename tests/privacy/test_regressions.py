@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 
 from tests.privacy.oracle import Neighbours, World, check_world, fixed_seed
+from tests.support import prepare
 
 CASES = {
     # class 10: GROUP BY key of a derived table/CTE not guarded
@@ -255,6 +256,7 @@ DETERMINISM = World(
 )
 
 
+@pytest.mark.slow  # 60 repeated runs per query
 @pytest.mark.parametrize("sql", [
     "SELECT QUANTILE_CONT(amount * amount, 0.9) FROM visits GROUP BY CAST(cat AS INT)",
     "SELECT MEDIAN(amount * 2), COUNT(*) FROM visits GROUP BY LENGTH(cat)",
@@ -266,7 +268,7 @@ def test_the_rewrite_is_a_function_of_the_query_and_schema(sql):
         for i in range(60):
             garbage.append([object() for _ in range(37 * i)])  # move the allocator on
             with fixed_seed():
-                plan, expression, backend = pair.conns[i % 2]._prepare(
+                plan, expression, backend = prepare(pair.conns[i % 2],
                     sql, 1.0, 1e-6, None, None, "laplace")
             texts.add(backend.to_sql(expression))
     assert len(texts) == 1, f"{len(texts)} different rewritten SQL texts for one query"

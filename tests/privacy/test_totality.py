@@ -20,6 +20,9 @@ import pytest
 
 from tests.privacy import totality as tz
 
+#: fuzzing and its corpus: left out by pytest -m "not slow"
+pytestmark = pytest.mark.slow
+
 _SLICE = {backend: (seed, n) for backend, seed, n in tz.CI_SLICE}
 
 

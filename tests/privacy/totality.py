@@ -45,13 +45,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import importlib.util
 import json
 import logging
 import os
 import random
 import re
-import shutil
 import signal
 import sqlite3
 import sys
@@ -64,11 +62,10 @@ from pathlib import Path
 import dpsql
 import dpsql.engine
 from dpsql.errors import DpsqlError, QueryCancelled
+from tests.support import PG_ADMIN_VAR, PG_URL_VAR, Unavailable, spark_session
 
 BACKENDS = ("duckdb", "sqlite", "postgres", "spark")
 CORPUS = Path(__file__).with_name("totality_corpus.json")
-PG_URL_VAR = "DPSQL_TEST_POSTGRES_URL"
-PG_ADMIN_VAR = "DPSQL_TEST_POSTGRES_ADMIN_URL"
 #: Seconds one query may run before it is stopped and counted as slow: reported, not a
 #: finding (on 2 shared cores a large public domain can legitimately take this long).
 QUERY_SECONDS = 60.0
@@ -341,10 +338,6 @@ def inserts(backend: str) -> list[str]:
     return out
 
 
-class Unavailable(Exception):
-    """A backend that cannot run here (no server, no pyspark or Java): skip with this."""
-
-
 @dataclasses.dataclass
 class World:
     """One backend's database, as ``dpsql.connect`` takes it, and how to close it."""
@@ -352,32 +345,6 @@ class World:
     backend: str
     database: object
     close: object = None
-
-
-_SPARK = None
-
-
-def spark_session():
-    """The process's local SparkSession (one core, no UI); Unavailable without Spark."""
-    global _SPARK
-    if _SPARK is not None:
-        return _SPARK
-    if importlib.util.find_spec("pyspark") is None or not shutil.which("java"):
-        raise Unavailable("pyspark or Java is not installed")
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    _SPARK = (SparkSession.builder.master("local[1]").appName("dpsql-totality")
-              .config("spark.ui.enabled", "false")
-              .config("spark.driver.bindAddress", "127.0.0.1")
-              .config("spark.driver.host", "127.0.0.1")
-              .config("spark.sql.shuffle.partitions", "1")
-              .config("spark.ui.showConsoleProgress", "false")
-              .getOrCreate())
-    _SPARK.sparkContext.setLogLevel("OFF")
-    # pyspark logs every analysis error of a refused query as a JSON record on stderr
-    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
-    return _SPARK
 
 
 def build_world(backend: str, workdir: str | Path | None = None) -> World:

@@ -709,7 +709,7 @@ INTERNAL_NAMES = [
     R("SELECT COUNT(*) AS x FROM pums ORDER BY \"__alias:x\"", C, "unknown column"),
     R("SELECT COUNT(*) AS n FROM pums WHERE n > 0", C, "unknown column"),
     # an output named like an ungrouped input column: SQL (and DuckDB) read the output in
-    # ORDER BY <name> and HAVING (answered, tests/test_sqlnorm.py); nested in an
+    # ORDER BY <name> and HAVING (answered, tests/test_spellings.py); nested in an
     # expression in ORDER BY the input column wins and is refused, as DuckDB refuses it
     R("SELECT COUNT(*) AS age FROM pums GROUP BY sex ORDER BY age + 1", U, "ORDER BY"),
     R("SELECT pid AS sex, COUNT(*) FROM pums GROUP BY sex", U, "GROUP BY"),

@@ -28,10 +28,8 @@ Spark when pyspark and Java are installed.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import logging
-import os
 import shutil
 import sqlite3
 import time
@@ -46,18 +44,9 @@ from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.backends.sqlite import SQLiteBackend
 from dpsql.errors import BackendError
 from dpsql.limits import Limits
+from tests.support import BACKEND_MATRIX, PG_ADMIN_URL, PG_URL, needs_postgres, needs_spark
 
-PG_URL = os.environ.get("DPSQL_TEST_POSTGRES_URL")
-PG_ADMIN_URL = os.environ.get("DPSQL_TEST_POSTGRES_ADMIN_URL")
-HAVE_PG = bool(PG_URL and PG_ADMIN_URL)
-HAVE_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java")
-NEEDS_PG = pytest.mark.skipif(
-    not HAVE_PG, reason="no PostgreSQL server: set DPSQL_TEST_POSTGRES_URL and "
-                        "DPSQL_TEST_POSTGRES_ADMIN_URL (eval \"$(bash .ci/postgres.sh start)\")")
-NEEDS_SPARK = pytest.mark.skipif(
-    not HAVE_SPARK, reason="pyspark or Java is not installed (pip install dpsql[spark])")
-KINDS = ["duckdb", "sqlite", pytest.param("postgres", marks=NEEDS_PG),
-         pytest.param("spark", marks=NEEDS_SPARK)]
+KINDS = BACKEND_MATRIX
 
 #: The secret row: whatever leaks it fails the test.
 SECRET = (42, "Zebulon Quixote", 77)
@@ -188,26 +177,6 @@ def _build_postgres():
     return {"bb_coll": {"ci", "ct", "dct"}, "bb_vcoll": {"pci", "ci"}}
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    existing = SparkSession.getActiveSession()
-    session = existing or (
-        SparkSession.builder.master("local[2]").appName("dpsql-boundary-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate())
-    session.sparkContext.setLogLevel("OFF")
-    yield session
-    if existing is None:
-        session.stop()
-
-
 def _build_spark(session):
     from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
@@ -256,7 +225,7 @@ def built(tmp_path_factory, request):
         else:
             from dpsql.backends.spark import SparkBackend
 
-            session = request.getfixturevalue("spark")
+            session = request.getfixturevalue("spark_session")
             collations = _build_spark(session)
             made = Built(kind, SparkBackend(session), collations, session)
         opened[kind] = made
@@ -397,7 +366,7 @@ def test_duckdb_planning_errors_are_refused_before_the_charge(built, monkeypatch
     assert "Binder" in owner_records(caplog)[0]
 
 
-@NEEDS_PG
+@needs_postgres
 def test_postgres_check_does_not_plan(built, monkeypatch):
     """PostgreSQL's planner applies operators to the column statistics (most common
     values, histogram): ``ILIKE 'abc\\'`` fails while *planning* exactly when a frequent
@@ -422,7 +391,7 @@ def test_postgres_check_does_not_plan(built, monkeypatch):
     assert backend.execute(TREE) == (["n"], [(0,)])  # 'xyz\': no name starts with it
 
 
-@NEEDS_PG
+@needs_postgres
 def test_postgres_runs_queries_as_cursors_of_one_statement(built, monkeypatch):
     backend = built("postgres").backend
     patch_sql(monkeypatch, backend, "SELECT 'a%' AS x, 5 % 3 AS y")  # '%' is not a marker
@@ -440,7 +409,8 @@ def test_postgres_runs_queries_as_cursors_of_one_statement(built, monkeypatch):
 # -- settings --------------------------------------------------------------------------
 
 
-@NEEDS_SPARK
+@pytest.mark.slow
+@needs_spark
 def test_spark_does_not_substitute_variables(built, monkeypatch, caplog):
     """``${env:...}``, ``${system:...}`` and ``${spark....}`` stay text in dpsql's queries
     (Spark substitutes them by default, string literals included)."""
@@ -466,7 +436,8 @@ def test_spark_does_not_substitute_variables(built, monkeypatch, caplog):
     assert not any(home in m for m in owner_records(caplog))
 
 
-@NEEDS_SPARK
+@pytest.mark.slow
+@needs_spark
 def test_spark_session_settings_are_restored(built, monkeypatch):
     from dpsql.backends.spark import SAFE_CONF
 
@@ -483,7 +454,7 @@ def test_spark_session_settings_are_restored(built, monkeypatch):
     assert {key: session.conf.get(key, None) for key in SAFE_CONF} == before
 
 
-@NEEDS_PG
+@needs_postgres
 def test_postgres_sessions_get_the_owners_timeout(monkeypatch):
     import sqlalchemy as sa
 
@@ -571,7 +542,7 @@ def test_open_errors_carry_no_driver_text(tmp_path, caplog):
     assert len(log) == 2
 
 
-@NEEDS_PG
+@needs_postgres
 def test_postgres_open_errors_carry_no_driver_text(caplog):
     import sqlalchemy as sa
 

@@ -16,6 +16,9 @@ import pytest
 import dpsql
 from dpsql import UnsupportedQueryError
 
+#: the attack corpus: left out by pytest -m "not slow"
+pytestmark = pytest.mark.slow
+
 
 def _load_corpus():
     # --import-mode=importlib: sibling modules are not importable by name

@@ -27,6 +27,9 @@ from hypothesis import strategies as st
 
 import dpsql
 
+#: fuzzing: left out by pytest -m "not slow"
+pytestmark = pytest.mark.slow
+
 SCALE = float(os.environ.get("DPSQL_FUZZ_SCALE", "1"))
 RANDOM = os.environ.get("DPSQL_FUZZ_RANDOM") == "1"
 

@@ -20,7 +20,6 @@ predicate is false: both must behave alike (answered, or refused for free).
 
 from __future__ import annotations
 
-import os
 import sqlite3
 
 import pytest
@@ -222,8 +221,6 @@ def test_sqlite_nested_greatest_is_refused_fast_and_free(dirty_sqlite):
 
 # -- review round 4: PostgreSQL -----------------------------------------------------------
 
-PG_URL = os.environ.get("DPSQL_TEST_POSTGRES_URL")
-PG_ADMIN_URL = os.environ.get("DPSQL_TEST_POSTGRES_ADMIN_URL")
 PG_CATALOG = {"dataset": "pgkeys", "tables": {"pgkeys": {
     "user_key": "uid", "max_groups": 1, "max_rows": 1,
     "columns": {"uid": "int", "age": {"type": "int", "lower": 0, "upper": 100},
@@ -232,14 +229,11 @@ PG_CATALOG = {"dataset": "pgkeys", "tables": {"pgkeys": {
 
 
 @pytest.fixture(scope="module")
-def pg_keys():
-    if not (PG_URL and PG_ADMIN_URL):
-        pytest.skip("no PostgreSQL server: set DPSQL_TEST_POSTGRES_URL and "
-                    "DPSQL_TEST_POSTGRES_ADMIN_URL (eval \"$(bash .ci/postgres.sh start)\")")
+def pg_keys(postgres_url):
     import sqlalchemy as sa
 
-    reader = sa.make_url(PG_URL).username
-    engine = sa.create_engine(PG_ADMIN_URL)
+    reader = sa.make_url(postgres_url.url).username
+    engine = sa.create_engine(postgres_url.admin_url)
     with engine.begin() as c:
         c.execute(sa.text("DROP TABLE IF EXISTS pgkeys"))
         c.execute(sa.text("CREATE TABLE pgkeys (uid int PRIMARY KEY, age int NOT NULL, "
@@ -250,7 +244,8 @@ def pg_keys():
         # a NUMERIC column may hold NaN: the target's value
         c.execute(sa.text("UPDATE pgkeys SET inc = 'NaN' WHERE uid = 42"))
         c.execute(sa.text(f'GRANT SELECT ON pgkeys TO "{reader}"'))
-    conn = dpsql.connect(PG_URL, catalog=PG_CATALOG, budget=(1e9, 0.5), ledger=":memory:")
+    conn = dpsql.connect(postgres_url.url, catalog=PG_CATALOG, budget=(1e9, 0.5),
+                         ledger=":memory:")
     yield conn
     conn.close()
     with engine.begin() as c:

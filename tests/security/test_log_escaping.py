@@ -23,6 +23,7 @@ from dpsql.ledger import ANALYST_ENV, CATALOG_ENV, LEDGER_ENV, Ledger
 from dpsql.result import Explanation, Result
 from dpsql.shell import Shell
 from dpsql.text import ESCAPED_CATEGORIES, escape
+from tests.support import ledger_of
 
 FORGED = ("\n2026-01-01T00:00:00.000+00:00  pums  alice  answered  epsilon=0 delta=0  "
           "SELECT COUNT(*) FROM pums")
@@ -206,5 +207,5 @@ def test_lone_surrogates_are_refused_cleanly_and_logged(security_db):
     with dpsql.connect(security_db, pums_catalog(), ledger=":memory:") as conn:
         with pytest.raises(dpsql.DpsqlError):
             conn.execute("SELECT COUNT(*) FROM nowhere\ud800", epsilon=0.1)
-        entry = conn._ledger.log(None, 1)[0]
+        entry = ledger_of(conn).log(None, 1)[0]
         assert entry["outcome"] == "refused" and entry["sql"].endswith("nowhere\\ud800")

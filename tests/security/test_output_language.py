@@ -13,6 +13,8 @@ Three layers, each tested on its own:
 
 from __future__ import annotations
 
+import dataclasses
+
 import duckdb
 import pytest
 import sqlglot
@@ -22,8 +24,12 @@ from sqlglot import exp
 
 import dpsql
 import dpsql.rewrite as rewrite_module
+from dpsql.datasets import pums_catalog
 from dpsql.errors import UnsupportedQueryError
 from dpsql.output_check import check_sql
+from tests.support import BACKEND_MATRIX as BACKENDS
+from tests.support import backend_of
+from tests.support import database_for as _database
 
 SECOND = "; SELECT name FROM secret_people --"
 
@@ -178,19 +184,20 @@ def recording_conn(security_db):
     conn.close()
 
 
+@pytest.mark.slow  # fuzzing (hypothesis)
 @settings(max_examples=300, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(template=st.sampled_from(_TEMPLATES), text=_TEXT)
 def test_fuzz_payload_positions(recording_conn, monkeypatch, template, text):
     sent: list[str] = []
-    real_to_sql = type(recording_conn._backend).to_sql
+    real_to_sql = type(backend_of(recording_conn)).to_sql
 
     def spy(self, expression):
         sql = real_to_sql(self, expression)
         sent.append(sql)
         return sql
 
-    monkeypatch.setattr(type(recording_conn._backend), "to_sql", spy)
+    monkeypatch.setattr(type(backend_of(recording_conn)), "to_sql", spy)
     sql = template.format(text.replace("\x00", ""))
     try:
         recording_conn.execute(sql, epsilon=1.0, delta=1e-6)
@@ -206,20 +213,14 @@ def test_fuzz_payload_positions(recording_conn, monkeypatch, template, text):
 
 # -- every backend: the output check runs in each backend's own dialect --------------------
 
-from tests.test_backends import (  # noqa: E402  (the shared backend matrix and its fixtures)
-    BACKENDS,
-    _database,
-    _pums_catalog,
-    backends,  # noqa: F401
-    source,  # noqa: F401
-    spark_session,  # noqa: F401
-)
+def _pums_catalog():
+    return dataclasses.replace(pums_catalog(), budget=None)
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
 @pytest.mark.parametrize("payload", ["user-defined type", "date part as text", "odd name",
                                      "scalar subquery"])
-def test_every_backend_refuses_an_injected_payload_free(kind, payload, backends,  # noqa: F811
+def test_every_backend_refuses_an_injected_payload_free(kind, payload, backends,
                                                         monkeypatch):
     conn = dpsql.connect(_database(kind, backends), catalog=_pums_catalog(),
                          budget=(10.0, 1e-5), ledger=":memory:")

@@ -26,6 +26,7 @@ from dpsql.mechanisms.gaussian import DiscreteGaussian, gaussian, rho_for
 from dpsql.mechanisms.quantile import Bins, edge_errors
 from dpsql.parse import parse
 from dpsql.validate import validate
+from tests.support import ledger_of
 
 Q = "SELECT COUNT(*) FROM pums"
 KEYS = "SELECT age, COUNT(*) FROM pums GROUP BY age"
@@ -228,6 +229,7 @@ bounds = st.one_of(st.none(), st.integers(min_value=-(10**30), max_value=10**30)
                    st.sampled_from([1, 2, 10**6, 10**6 + 1, 2**53, 10**400]))
 
 
+@pytest.mark.slow  # fuzzing (hypothesis)
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(sql=st.sampled_from(SQLS), epsilon=numbers, delta=numbers, max_groups=bounds,
        max_rows=bounds, mechanism=st.sampled_from(["laplace", "gaussian"]))
@@ -250,7 +252,7 @@ def test_refusals_before_the_charge_are_logged_as_refusals(refusal_conn):
     with pytest.raises(PrivacyParameterError):
         refusal_conn.execute(Q, epsilon=1.0, max_rows=HUGE)
     assert refusal_conn.budget.spent == (0.0, 0.0)
-    last = refusal_conn._ledger.log(refusal_conn.catalog.dataset, limit=1)[0]
+    last = ledger_of(refusal_conn).log(refusal_conn.catalog.dataset, limit=1)[0]
     assert last["outcome"] == "refused" and "PrivacyParameterError" in last["detail"]
     assert "max_rows" in last["detail"]
 

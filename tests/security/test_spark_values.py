@@ -20,17 +20,13 @@ sees. The tables are built with Spark SQL itself (Python cannot hold such dates)
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
-
 import pytest
 
 import dpsql
 from dpsql.errors import DpsqlError
+from tests.support import needs_spark
 
-HAVE_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java")
-pytestmark = pytest.mark.skipif(not HAVE_SPARK, reason="pyspark or Java is not installed")
+pytestmark = [pytest.mark.slow, needs_spark]
 
 CATALOG = {
     "dataset": "spark_values",
@@ -51,19 +47,10 @@ BASE = ("SELECT CAST(id AS INT) AS pid, "
         "CAST(TIMESTAMP_NTZ '2000-01-01 00:00:00' AS TIMESTAMP) AS ts FROM range(1, 121)")
 
 
-@pytest.fixture(scope="module")
-def spark():
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    session = (SparkSession.builder.master("local[1]").appName("dpsql-spark-values")
-               .config("spark.ui.enabled", "false")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.sql.shuffle.partitions", "1")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("OFF")
-    yield session
+@pytest.fixture
+def spark(spark_session):
+    """The process's one Spark session (``tests/conftest.py``)."""
+    return spark_session
 
 
 def _people(spark, extra: str | None):

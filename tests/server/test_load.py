@@ -19,6 +19,9 @@ from dpsql.server.auth import VerifierStore
 
 from .conftest import init_ledger, start, stop, write_config
 
+#: server load: left out by pytest -m "not slow"
+pytestmark = pytest.mark.slow
+
 FULL = os.environ.get("DPSQL_SERVE_LOAD") == "1"
 SESSIONS, QUERIES = (64, 50) if FULL else (8, 5)
 EPS = 0.001

@@ -124,6 +124,7 @@ def _raw_session(service):
             return s
 
 
+@pytest.mark.slow  # fuzzing
 def test_fuzzer_random_and_mutated_frames(service):
     """Garbage closes the sender's connection only; the server keeps answering others."""
     rng = random.Random(20)

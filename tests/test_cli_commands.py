@@ -239,7 +239,7 @@ def test_import_smartnoise_refusals(tmp_path, doc, message):
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="no shared SmartNoise data beside the checkout")
 def test_import_smartnoise_shared_files():
-    from dpsql.cli import smartnoise_catalog
+    from dpsql.smartnoise import smartnoise_catalog
 
     for path in sorted(SHARED.glob("*.yaml")):
         out = smartnoise_catalog(yaml.safe_load(path.read_text()), path.name)
@@ -305,13 +305,6 @@ def test_shell_on_a_terminal(db, tmp_path):
 
 
 # -- Result.arrow and notebook display ---------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def conn(db):
-    with dpsql.connect(db, catalog=catalog_path("pums"), budget=(10.0, 1e-5),
-                       ledger=":memory:") as c:
-        yield c
-
 
 def test_result_arrow(conn):
     res = conn.execute("SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM pums "

@@ -12,6 +12,7 @@ import pytest
 import dpsql
 from dpsql import dbapi
 from dpsql.datasets import catalog_path, load_pums
+from tests.support import duckdb_of
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ def test_dpsql_connection_stays_locked_down_beside_the_owner(pums_copy):
     own = duckdb.connect(str(pums_copy), read_only=True)
     conn = dpsql.connect(pums_copy, catalog=catalog_path("pums"), budget=(1, 0),
                          ledger=":memory:")
-    con = conn._backend._con
+    con = duckdb_of(conn)
     settings = dict(con.execute(
         "SELECT name, value FROM duckdb_settings() WHERE name IN ('enable_external_access', "
         "'lock_configuration', 'python_enable_replacements', 'enable_progress_bar', "
