@@ -83,6 +83,17 @@ def released_rows(expression: exp.Expression, catalog: Catalog | None) -> exp.Ex
         expression = flat
 
 
+
+def _set_with(flat: exp.Select, outer: list[exp.CTE]) -> None:
+    """Gives ``flat`` the outer query's WITH tables, then its own (names must differ)."""
+    inner_with = flat.args.get("with_")
+    rest = outer + ([c.copy() for c in inner_with.expressions] if inner_with is not None
+                    else [])
+    names = [c.alias_or_name.lower() for c in rest]
+    if len(names) != len(set(names)):
+        raise UnsupportedQueryError("two WITH tables have the same name")
+    flat.set("with_", exp.With(expressions=rest) if rest else None)
+
 def _flatten(outer: exp.Select) -> exp.Select | None:
     from_ = outer.args.get("from_")
     if from_ is None or outer.args.get("joins"):
@@ -114,22 +125,9 @@ def _flatten(outer: exp.Select) -> exp.Select | None:
         rest = [c.copy() for c in ctes if c is not cte or any(
             t.name.lower() == cte.alias_or_name.lower()
             for o in ctes if o is not cte for t in o.find_all(exp.Table))]
-        inner_with = flat.args.get("with_")
-        if inner_with is not None:
-            rest += [c.copy() for c in inner_with.expressions]
-        names = [c.alias_or_name.lower() for c in rest]
-        if len(names) != len(set(names)):
-            raise UnsupportedQueryError("two WITH tables have the same name")
-        flat.set("with_", exp.With(expressions=rest) if rest else None)
+        _set_with(flat, rest)
     elif with_ is not None:
-        rest = [c.copy() for c in ctes]
-        inner_with = flat.args.get("with_")
-        if inner_with is not None:
-            rest += [c.copy() for c in inner_with.expressions]
-        names = [c.alias_or_name.lower() for c in rest]
-        if len(names) != len(set(names)):
-            raise UnsupportedQueryError("two WITH tables have the same name")
-        flat.set("with_", exp.With(expressions=rest))
+        _set_with(flat, [c.copy() for c in ctes])
 
     def resolve(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
