@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import math
+from collections.abc import Callable
 
 from sqlglot import exp
 
@@ -391,10 +392,19 @@ def constants(expression: exp.Expression, catalog: Catalog | None,
     return expression.transform(literal)
 
 
-def _keep_names(select: exp.Select, rewritten) -> None:
-    from dpsql.normalize import _keep_names as keep  # normalize imports this module
+def _keep_names(select: exp.Select, rewritten: Callable[[exp.Expression], bool]) -> None:
+    """Names each unnamed output the pass will rewrite by what the analyst wrote.
 
-    keep(select, rewritten)
+    An output without an alias is named by its SQL text; a rewrite would otherwise
+    rename it (``VAR(age)`` would come back as ``VARIANCE(age)``). Output names never
+    reach a backend; names longer than an identifier stay unnamed.
+    """
+    for item in select.expressions:
+        if not isinstance(item, exp.Alias | exp.Column) and any(
+                rewritten(n) for n in item.walk()):
+            name = item.sql(dialect="duckdb", comments=False)
+            if len(name) <= 128:
+                item.replace(exp.alias_(item.copy(), name, quoted=True))
 
 
 # -- an aggregate OVER () over a whole table ---------------------------------------------

@@ -39,6 +39,7 @@ from sqlglot import exp
 from dpsql.catalog import Catalog
 from dpsql.client_sql import FIRST as CLIENT_FIRST
 from dpsql.client_sql import PASSES as CLIENT_PASSES
+from dpsql.client_sql import _keep_names
 from dpsql.errors import UnknownColumnError, UnknownTableError, UnsupportedQueryError
 from dpsql.limits import DEFAULT, Limits
 
@@ -72,21 +73,6 @@ def _selects(expression: exp.Expression) -> list[exp.Select]:
 def _own(node: exp.Expression, select: exp.Select) -> bool:
     """Whether ``node`` belongs to ``select`` itself, not to a query nested in it."""
     return node.find_ancestor(exp.Select) is select
-
-
-def _keep_names(select: exp.Select, rewritten: Callable[[exp.Expression], bool]) -> None:
-    """Names each unnamed output the pass will rewrite by what the analyst wrote.
-
-    An output without an alias is named by its SQL text; a rewrite would otherwise
-    rename it (``VAR(age)`` would come back as ``VARIANCE(age)``). Output names never
-    reach a backend; names longer than an identifier stay unnamed.
-    """
-    for item in select.expressions:
-        if not isinstance(item, exp.Alias | exp.Column) and any(
-                rewritten(n) for n in item.walk()):
-            name = item.sql(dialect="duckdb", comments=False)
-            if len(name) <= 128:
-                item.replace(exp.alias_(item.copy(), name, quoted=True))
 
 
 # -- schema-qualified table names --------------------------------------------------------
