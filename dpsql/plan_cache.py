@@ -79,7 +79,9 @@ def typed(value: Any) -> tuple[str, str]:
     """A parameter as its type and exact ``repr``: values Python hashes alike (``1``,
     ``1.0``, ``True``; ``0.0``, ``-0.0``) and a numpy scalar beside a float stay apart."""
     kind = type(value)
-    return f"{kind.__module__}.{kind.__qualname__}", repr(value)
+    # an int in hex: repr() refuses integers past 4,300 digits (an analyst's max_rows)
+    text = hex(value) if kind is int else repr(value)
+    return f"{kind.__module__}.{kind.__qualname__}", text
 
 
 def catalog_fingerprint(catalog: Catalog) -> str:

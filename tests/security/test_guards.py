@@ -430,13 +430,16 @@ def test_check_total_raises_an_uncharged_backend_error(database):
     total.check_total(guarded, backend.allow, backend.engine_types(guarded))
 
 
-def test_every_backend_writes_only_what_its_check_accepts(pums_file, tmp_path):
+def test_every_backend_writes_only_what_its_check_accepts(tmp_path):
     """Rewritten queries pass each backend's whole path: guards placed, dialect forms
     written, the final tree proved total (to_sql raises otherwise)."""
     from dpsql.backends import open_backend
+    from dpsql.datasets import load_pums
     from dpsql.engine import _demo_plan
     from dpsql.rewrite import rewrite
 
+    pums_file = tmp_path / "pums.duckdb"
+    load_pums(pums_file)
     source = duckdb.connect(str(pums_file), read_only=True)
     copy_tables(source, f"sqlite:///{tmp_path / 'pums.db'}", ["pums", "pums_dup"])
     source.close()
