@@ -62,7 +62,7 @@ from pathlib import Path
 import dpsql
 import dpsql.engine
 from dpsql.errors import DpsqlError, QueryCancelled
-from tests.support import PG_ADMIN_VAR, PG_URL_VAR, Unavailable, spark_session
+from tests.support import PG_ADMIN_VAR, PG_URL_VAR, Unavailable, backend_of, spark_session
 
 BACKENDS = ("duckdb", "sqlite", "postgres", "spark")
 CORPUS = Path(__file__).with_name("totality_corpus.json")
@@ -887,7 +887,21 @@ def run_one(conn, sql: str, params: dict, watch: Watch, timeout: float = QUERY_S
     def on_alarm(signum, frame):
         raise Hang(f"no answer after {timeout} s")
 
-    use_alarm = threading.current_thread() is threading.main_thread()
+    # Spark: an alarm raised inside a py4j call leaves its socket half read, and every
+    # later call of the process fails ("... does not exist in the JVM"): cancel the
+    # session's jobs from a timer thread instead
+    spark = getattr(backend_of(conn), "_spark", None)
+    fired = threading.Event()
+    timer = None
+    if spark is not None:
+        def cancel():
+            fired.set()
+            with contextlib.suppress(Exception):
+                spark.sparkContext.cancelAllJobs()
+        timer = threading.Timer(timeout, cancel)
+        timer.daemon = True
+        timer.start()
+    use_alarm = spark is None and threading.current_thread() is threading.main_thread()
     if use_alarm:
         previous = signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, timeout)
@@ -901,7 +915,12 @@ def run_one(conn, sql: str, params: dict, watch: Watch, timeout: float = QUERY_S
         if use_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+        if timer is not None:
+            timer.cancel()
     seconds = time.time() - start
+    if fired.is_set():
+        return Outcome("slow", f"no answer after {timeout} s (jobs cancelled)", "slow",
+                       seconds)
     if exc is None:
         if watch.merged:
             return Outcome("finding", "group keys merged: " + watch.merged[0],
