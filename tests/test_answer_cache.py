@@ -18,6 +18,7 @@ from dpsql.answer_cache import CACHED_NOTE, clear, decode_result, encode_result
 from dpsql.datasets import catalog_path, load_pums
 from dpsql.ledger import Ledger
 from dpsql.result import Result
+from tests.support import ledger_of
 
 QUERY = "SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM pums GROUP BY sex"
 
@@ -51,7 +52,7 @@ def _bits(rows):
 
 
 def _ledger_state(conn):
-    led = conn._ledger
+    led = ledger_of(conn)
     return (conn.budget.spent, led.log(limit=1000), led.verify()["entries"])
 
 
@@ -148,8 +149,8 @@ def test_a_failed_query_is_not_cached(pums_file, tmp_path, monkeypatch):
 def test_clear(pums_file, tmp_path):
     conn = _conn(pums_file, tmp_path)
     conn.execute(QUERY, epsilon=0.5)
-    assert clear(conn._ledger, dataset="nope") == 0
-    assert clear(conn._ledger) == 1
+    assert clear(ledger_of(conn), dataset="nope") == 0
+    assert clear(ledger_of(conn)) == 1
     assert conn.execute(QUERY, epsilon=0.5).cost == (0.5, 0.0)
     conn.close()
     from dpsql.cli import main
@@ -220,5 +221,5 @@ def test_postgres_ledger(pums_file, tmp_path):
         again = conn.execute(QUERY, epsilon=0.5)
         assert _bits(again.rows) == _bits(first.rows) and again.cost == (0.0, 0.0)
         assert conn.budget.spent == (0.5, 0.0)
-        assert clear(conn._ledger) == 1
+        assert clear(ledger_of(conn)) == 1
         assert conn.execute(QUERY, epsilon=0.5).cost == (0.5, 0.0)
