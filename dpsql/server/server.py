@@ -26,16 +26,11 @@ from dpsql.server import protocol as pg
 from dpsql.server.auth import MECHANISM, ScramExchange, Throttle, VerifierStore
 from dpsql.server.catalog_sql import ProbeDB
 from dpsql.server.config import ServerConfig, open_ledger
-from dpsql.server.session import (
-    Outcome,
-    Portal,
-    Prepared,
-    QueryError,
-    Session,
-    as_query_error,
-    coerce,
-    default_settings,
-)
+from dpsql.server.parameters import coerce
+from dpsql.server.session import Session
+from dpsql.server.settings import default_settings
+from dpsql.server.sqlstate import QueryError, as_query_error
+from dpsql.server.statements import Outcome, Portal, Prepared, split_statements
 from dpsql.text import escape
 
 _log = logging.getLogger("dpsql.server")
@@ -572,30 +567,6 @@ def encode_row(row, oids: list[int], fmts: list[int]) -> list[bytes | None]:
                                  "format") from None
         else:
             out.append(pg.encode_text(value, oid))
-    return out
-
-
-def split_statements(text: str) -> list[str]:
-    """A simple Query's statements, split at top-level semicolons (by sqlglot's
-    tokenizer, so a semicolon inside a string or comment stays)."""
-    import sqlglot
-    from sqlglot.tokens import TokenType
-
-    if ";" not in text:
-        return [text] if text.strip() else []
-    try:
-        tokens = sqlglot.tokenize(text, read="postgres")
-    except sqlglot.errors.SqlglotError:
-        return [text]
-    out, start = [], 0
-    for tok in tokens:
-        if tok.token_type == TokenType.SEMICOLON:
-            part = text[start:tok.start]
-            if part.strip():
-                out.append(part)
-            start = tok.end + 1
-    if text[start:].strip():
-        out.append(text[start:])
     return out
 
 
