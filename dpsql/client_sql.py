@@ -285,10 +285,12 @@ def _outputs(inner: exp.Select) -> dict[str, exp.Expression]:
 
 
 def _aggregates(select: exp.Select) -> bool:
+    """Whether ``select`` aggregates (a GROUP BY, or an aggregate of its own)."""
     return bool(select.args.get("group")) or _own_aggregates(select)
 
 
 def _own_aggregates(select: exp.Select) -> bool:
+    """Whether ``select``'s own select list calls an aggregate (not a subquery's)."""
     return any(isinstance(n, exp.AggFunc) and n.find_ancestor(exp.Select) is select
                for item in select.expressions for n in item.walk())
 
@@ -337,6 +339,7 @@ def _combine_limits(flat: exp.Select, inner: exp.Select, outer: exp.Select) -> N
 
 
 def _whole(select: exp.Select, key: str) -> int | None:
+    """The whole-number literal of ``select``'s LIMIT or OFFSET (None: there is none)."""
     node = select.args.get(key)
     if node is None:
         return None
