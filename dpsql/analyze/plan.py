@@ -153,9 +153,6 @@ class Plan:
     rho: float | None = None
     #: Each user has exactly one row (row privacy, or a unique user key in the database).
     one_row_per_user: bool = False
-    #: The backend computes a CTE referenced several times once (set by the engine from
-    #: the backend's ``supports_materialized_ctes``); it shapes the L0 step's SQL.
-    reuse_ctes: bool = True
     notes: list[str] = field(default_factory=list)
     #: The public key combinations released when WHERE restricts them
     #: (:class:`~dpsql.analyze.domains.Combinations`); None: the whole product.

@@ -26,13 +26,18 @@ from sqlglot import exp
 from dpsql.analyze.plan import Plan
 from dpsql.rewrite._sql import number
 from dpsql.rewrite.per_user_aggregate import PER_USER, UID
+from dpsql.rewrite.traits import DEFAULT, EngineTraits
 
 BOUNDED = "__bounded"
 OVER = "__over"
 
 
-def bound_groups(expression: exp.Select, plan: Plan) -> exp.Select:
+def bound_groups(expression: exp.Select, plan: Plan,
+                 engine: EngineTraits = DEFAULT) -> exp.Select:
     """Inserts ``__bounded`` between the per-user CTE and the outer aggregate.
+
+    ``engine.reuse_ctes`` (an engine that computes a CTE once) lets only the users over
+    the bound go through the window (module docstring); the rows kept are the same.
 
     >>> from dpsql.engine import _demo_plan
     >>> from dpsql.rewrite import rewrite
@@ -89,7 +94,7 @@ def bound_groups(expression: exp.Select, plan: Plan) -> exp.Select:
     )
     G = int(plan.max_groups)
     ranked = exp.select(exp.Star(), exp.alias_(rank, "__rank")).from_(PER_USER)
-    if plan.reuse_ctes:
+    if engine.reuse_ctes:
         over = (exp.select(UID).from_(PER_USER)
                 .where(sqlglot.condition(f"NOT {UID} IS NULL"))
                 .group_by(UID).having(sqlglot.condition(f"COUNT(*) > {G}")))
@@ -104,7 +109,7 @@ def bound_groups(expression: exp.Select, plan: Plan) -> exp.Select:
         .from_(ranked.subquery("__ranked"))
         .where(sqlglot.condition(f"__rank <= {G}"))
     )
-    if plan.reuse_ctes:
+    if engine.reuse_ctes:
         bounded = exp.union(within, bounded, distinct=False)
     expression = expression.with_(BOUNDED, as_=bounded, copy=False)
     expression.set("from_", exp.From(this=exp.to_table(BOUNDED)))
