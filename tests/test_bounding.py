@@ -37,8 +37,8 @@ def neighbours(tmp_path_factory):
         b.close()
 
 
-def exact(backend, plan, engine=EngineTraits()):
-    columns, rows = backend.execute(rewrite(plan, engine=engine))
+def exact(backend, plan, engine=None):
+    columns, rows = backend.execute(rewrite(plan, engine=engine or EngineTraits()))
     nk = len(plan.keys)
     return {tuple(r[:nk]): dict(zip(columns[nk:], r[nk:], strict=True)) for r in rows}
 
