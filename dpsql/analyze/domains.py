@@ -269,35 +269,12 @@ def released_groups(keys: Sequence[tuple[exp.Expression, tuple]],
 
     ``WHERE race IN (1, 2) GROUP BY race`` releases races 1 and 2 only; ``WHERE age >= 18
     GROUP BY age // 10`` the decades from 1 on. Each condition (a top-level conjunct of
-    WHERE, or of an INNER JOIN's ON) that is *exactly evaluable* is evaluated on the
-    domains, never on the data:
-
-    * after each occurrence of a key expression is replaced by a variable ranging over
-      that key's domain, it uses only comparisons (``= <> < <= > >=``, ``IS [NOT]
-      DISTINCT FROM``, ``[NOT] IN (list)``, ``BETWEEN``, ``IS [NOT] NULL``), ``AND``,
-      ``OR``, ``NOT``, literals, those variables, and columns that are inputs of a key
-      whose every input column has a finite public domain (:func:`column_values`; such
-      a key is computed from its inputs, as its image was);
-    * every comparison is between operands of one kind (numbers, strings, booleans,
-      dates, timestamps; NULL goes with all; a strict ISO date string goes with
-      dates), with no string literal ending in a space (``CHAR(n)`` pads with spaces
-      in PostgreSQL);
-    * text is matched (``LIKE``, ``ILIKE``, ``LOWER``, ``UPPER``) only over ASCII, and
-      strings are ordered (``<``, ``BETWEEN``) only when all are lower-case or all
-      upper-case letters, where every backend and collation agree
-      (:func:`_key_condition` gives the reasons).
-
-    These mean the same on DuckDB and on every backend, so evaluating them on the
-    domains in a scratch DuckDB (:func:`dpsql.scratch.scratch`, with SQL's
-    three-valued logic: a NULL condition keeps no row) decides, for each combination,
-    whether any row with it could pass the filter. Anything else (another function, a
-    column of a key that is not computed, a column NULL-extended by a LEFT JOIN, work
-    over the owner's limits, any error) leaves the condition unused and the keys as
-    they were: a key wrongly kept is a noisy empty group, never a wrong one left out.
-
-    Conditions and keys are split into independent parts (keys sharing an input column
-    or a condition go together), each enumerated on its own within
-    ``max_domain_inputs`` combinations and the shared ``max_domain_work``.
+    WHERE, or of an INNER JOIN's ON) that is *exactly evaluable*
+    (:mod:`dpsql.analyze.key_conditions` says which are, and why they mean the same on
+    every backend) is evaluated on the domains in a scratch DuckDB, never on the data;
+    anything else leaves the condition unused and the keys as they were: a key wrongly
+    kept is a noisy empty group, never a wrong one left out. Keys and conditions are
+    split into independent parts (:class:`_KeyParts`), each enumerated on its own.
 
     **DP soundness**: the result is a function of the catalog (domains and bounds) and of
     the query text only; no data are read. So the released key set stays public, as the
@@ -353,6 +330,14 @@ def released_groups(keys: Sequence[tuple[exp.Expression, tuple]],
             parts.union(sorted(found[1]))
     if not usable:
         return None
+    return _released(parts, usable, exprs, domains, key_inputs, inputs, limits, spent)
+
+
+def _released(parts: _KeyParts, usable: list[tuple[exp.Expression, set[int]]], exprs,
+              domains, key_inputs, inputs, limits: Limits, spent: list[int]
+              ) -> Combinations | None:
+    """The combinations each part's conditions allow (the other parts unrestricted), or
+    None when none could be evaluated or they exceed ``max_domain_cells``."""
     allowed: list[tuple[list[int], set[tuple]]] = []
     for members in parts.groups():
         conds = [c for c, used in usable
@@ -367,7 +352,7 @@ def released_groups(keys: Sequence[tuple[exp.Expression, tuple]],
         return None
     restricted = {i for members, _ in allowed for i in members}
     released = [(tuple(members), tuple(found)) for members, found in allowed]
-    released += [((i,), tuple((v,) for v in domains[i])) for i in range(len(keys))
+    released += [((i,), tuple((v,) for v in domains[i])) for i in range(len(domains))
                  if i not in restricted]
     groups = Combinations(tuple(domains), tuple(released))
     return None if len(groups) > limits.max_domain_cells else groups

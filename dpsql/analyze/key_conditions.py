@@ -2,8 +2,37 @@
 
 The conditions :func:`dpsql.analyze.domains.released_groups` may evaluate on the keys'
 domains (:func:`_key_condition`), their evaluation (:func:`_evaluate_part`), and the
-released combinations (:class:`Combinations`). The argument for soundness is in
-:func:`~dpsql.analyze.domains.released_groups`.
+released combinations (:class:`Combinations`). The DP argument is in
+:func:`~dpsql.analyze.domains.released_groups`: the result depends on the catalog and
+the query text only. A condition is *exactly evaluable* when:
+
+* after each occurrence of a key expression is replaced by a variable ranging over
+  that key's domain, it uses only comparisons (``= <> < <= > >=``, ``IS [NOT]
+  DISTINCT FROM``, ``[NOT] IN (list)``, ``BETWEEN``, ``IS [NOT] NULL``), ``AND``,
+  ``OR``, ``NOT``, literals, those variables, and columns that are inputs of a key
+  whose every input column has a finite public domain
+  (:func:`~dpsql.analyze.domains.column_values`; such a key is computed from its
+  inputs, as its image was);
+* every comparison is between operands of one kind (numbers, strings, booleans,
+  dates, timestamps; NULL goes with all; a strict ISO date string goes with
+  dates), with no string literal ending in a space (``CHAR(n)`` pads with spaces
+  in PostgreSQL);
+* text is matched (``LIKE``, ``ILIKE``, ``LOWER``, ``UPPER``) only over ASCII, and
+  strings are ordered (``<``, ``BETWEEN``) only when all are lower-case or all
+  upper-case letters, where every backend and collation agree
+  (:func:`_key_condition` gives the reasons).
+
+These mean the same on DuckDB and on every backend, so evaluating them on the
+domains in a scratch DuckDB (:func:`dpsql.scratch.scratch`, with SQL's
+three-valued logic: a NULL condition keeps no row) decides, for each combination,
+whether any row with it could pass the filter. Anything else (another function, a
+column of a key that is not computed, a column NULL-extended by a LEFT JOIN, work
+over the owner's limits, any error) leaves the condition unused and the keys as
+they were: a key wrongly kept is a noisy empty group, never a wrong one left out.
+
+Conditions and keys are split into independent parts (keys sharing an input column
+or a condition go together), each enumerated on its own within
+``max_domain_inputs`` combinations and the shared ``max_domain_work``.
 """
 
 from __future__ import annotations
@@ -85,9 +114,11 @@ class Combinations:
         yield from sorted(out, key=lambda g: rank(range(n), g))
 
 
-def _evaluate_part(members: list[int], conds: list[exp.Expression], exprs, domains,
-                   key_inputs, inputs, limits: Limits, spent: list[int]) -> set[tuple] | None:
-    """The combinations of the keys ``members`` that satisfy ``conds``, or None."""
+def _part_query(members: list[int], conds: list[exp.Expression], exprs, domains,
+                key_inputs, inputs, limits: Limits, spent: list[int]
+                ) -> tuple[exp.Select, list[tuple], int] | None:
+    """The query of a part over its input tables, those tables, and its work; None when
+    it is over the owner's limits (or a construct the length bound does not model)."""
     columns: dict[str, str] = {}  # input column SQL -> __cJ
     tables: list[tuple] = []
     for i in members:
@@ -146,10 +177,20 @@ def _evaluate_part(members: list[int], conds: list[exp.Expression], exprs, domai
         inner = inner.join(f"__in{j}", join_type="CROSS")
     query = exp.select(*(exp.column(f"__v{i}") for i in members)).distinct() \
         .from_(inner.subquery("__t")).where(exp.and_(*renamed))
+    return query, tables, work
+
+
+def _evaluate_part(members: list[int], conds: list[exp.Expression], exprs, domains,
+                   key_inputs, inputs, limits: Limits, spent: list[int]) -> set[tuple] | None:
+    """The combinations of the keys ``members`` that satisfy ``conds``, or None."""
+    built = _part_query(members, conds, exprs, domains, key_inputs, inputs, limits, spent)
+    if built is None:
+        return None
+    query, tables, work = built
     rows = _evaluate(checked_sql(query), tuple(tables), spent, work, whole=True)
     if rows is None:
         return None
-    if any(c.find(exp.Like) for c in renamed):
+    if query.args["where"].find(exp.Like) is not None:  # the conditions hold a LIKE
         # SQLite's LIKE ignores ASCII case, the other backends' does not: keep the
         # combinations either reading keeps (NOT LIKE makes neither a superset)
         folded = query.copy().transform(
@@ -263,44 +304,70 @@ def _key_condition(condition: exp.Expression, exprs, domains, inputs, readers
         return node
 
     condition = condition.copy().transform(substitute)
-    used: set[int] = set()
-    kinds: dict[int, str | None] = {}
-    strings: list = []  # every string the condition can compare (domains, literals)
-    needs: set[str] = set()  # "ascii": LIKE or case mapping; "order": string ordering
+    reader = _Kinds(domains, inputs, readers)
+    if reader.kind_of(condition) != "bool" or not reader.used:
+        return None
+    texts = [v for v in reader.strings if isinstance(v, str)]
+    if reader.needs and not all(v.isascii() for v in texts):
+        return None
+    if "order" in reader.needs and not (all(_LOWER.fullmatch(v) for v in texts)
+                                        or all(_UPPER.fullmatch(v) for v in texts)):
+        return None
+    return condition, reader.used
 
-    def kind_of(node: exp.Expression) -> str | None:
+
+class _Kinds:
+    """Reads the kind of each node of a condition over key variables (None: not
+    evaluable), noting what the condition reads and needs (see :func:`_key_condition`)."""
+
+    def __init__(self, domains, inputs, readers):
+        self.domains, self.inputs, self.readers = domains, inputs, readers
+        self.used: set[int] = set()  # the keys the condition restricts
+        self.kinds: dict[int, str | None] = {}
+        #: every string the condition can compare (domains, literals)
+        self.strings: list = []
+        #: "ascii": LIKE or case mapping; "order": string ordering
+        self.needs: set[str] = set()
+
+    def kind_of(self, node: exp.Expression) -> str | None:
+        """``num``, ``str``, ``bool``, ``date``, ``ts`` or ``null``; None: not evaluable."""
         if isinstance(node, exp.Paren):
-            return kind_of(node.this)
+            return self.kind_of(node.this)
         if isinstance(node, exp.Column):
-            if node.table == _VARIABLE:
-                i = int(node.name[1:])
-                used.add(i)
-                if i not in kinds:
-                    kinds[i] = _values_kind(domains[i])
-                    if kinds[i] == "str":
-                        strings.extend(domains[i])
-                return kinds[i]
-            sql = node.sql()
-            if sql not in readers:
-                return None  # not an input of a key computed from its inputs
-            used.update(readers[sql])
-            if inputs[sql][2] == "str":
-                strings.extend(inputs[sql][1])
-            return inputs[sql][2]
+            return self._column(node)
         if isinstance(node, exp.Lower | exp.Upper):
-            if kind_of(node.this) != "str":
+            if self.kind_of(node.this) != "str":
                 return None
-            needs.add("ascii")
+            self.needs.add("ascii")
             return "str"
         if isinstance(node, exp.Predicate | exp.Connector | exp.Not):
-            return _predicate(node)
+            return self.predicate(node)
         found = _literal_kind(node)
         if found == "str":
-            strings.append(node.this)
+            self.strings.append(node.this)
         return found
 
-    def same(*operands: exp.Expression) -> str | None:
-        found = [kind_of(o) for o in operands]
+    def _column(self, node: exp.Column) -> str | None:
+        """A key variable's kind, or an input column's (of a key computed from it)."""
+        if node.table == _VARIABLE:
+            i = int(node.name[1:])
+            self.used.add(i)
+            if i not in self.kinds:
+                self.kinds[i] = _values_kind(self.domains[i])
+                if self.kinds[i] == "str":
+                    self.strings.extend(self.domains[i])
+            return self.kinds[i]
+        sql = node.sql()
+        if sql not in self.readers:
+            return None  # not an input of a key computed from its inputs
+        self.used.update(self.readers[sql])
+        if self.inputs[sql][2] == "str":
+            self.strings.extend(self.inputs[sql][1])
+        return self.inputs[sql][2]
+
+    def same(self, *operands: exp.Expression) -> str | None:
+        """The one kind of ``operands`` (NULL goes with all), or None."""
+        found = [self.kind_of(o) for o in operands]
         if any(k is None for k in found):
             return None
         real = {k for k in found if k != "null"}
@@ -311,55 +378,47 @@ def _key_condition(condition: exp.Expression, exprs, domains, inputs, readers
             return None
         return real.pop() if real else "null"
 
-    def ordered(*operands: exp.Expression) -> bool:
-        k = same(*operands)
+    def ordered(self, *operands: exp.Expression) -> bool:
+        """Whether ``operands`` can be ordered alike everywhere (strings: see needs)."""
+        k = self.same(*operands)
         if k == "str":
-            needs.add("order")
+            self.needs.add("order")
         return k is not None
 
-    def _predicate(node: exp.Expression) -> str | None:
+    def predicate(self, node: exp.Expression) -> str | None:
+        """``bool`` for an evaluable comparison or connective, else None."""
         if isinstance(node, exp.And | exp.Or):
-            ok = kind_of(node.this) == "bool" and kind_of(node.expression) == "bool"
+            ok = self.kind_of(node.this) == "bool" and self.kind_of(node.expression) == "bool"
             return "bool" if ok else None
         if isinstance(node, exp.Not):
-            return "bool" if kind_of(node.this) == "bool" else None
+            return "bool" if self.kind_of(node.this) == "bool" else None
         if isinstance(node, _EQUALITIES):
-            return "bool" if same(node.this, node.expression) else None
+            return "bool" if self.same(node.this, node.expression) else None
         if isinstance(node, _ORDERINGS):
-            return "bool" if ordered(node.this, node.expression) else None
+            return "bool" if self.ordered(node.this, node.expression) else None
         if isinstance(node, exp.Between):
             if node.args.get("symmetric"):
                 return None
-            ok = ordered(node.this, node.args.get("low"), node.args.get("high"))
+            ok = self.ordered(node.this, node.args.get("low"), node.args.get("high"))
             return "bool" if ok else None
         if isinstance(node, exp.In):
             if any(node.args.get(a) is not None for a in ("query", "unnest", "field")) \
                     or not node.expressions:
                 return None
-            return "bool" if same(node.this, *node.expressions) else None
+            return "bool" if self.same(node.this, *node.expressions) else None
         if isinstance(node, exp.Is):
             if not isinstance(node.expression, exp.Null):
                 return None
-            return "bool" if kind_of(node.this) is not None else None
+            return "bool" if self.kind_of(node.this) is not None else None
         if isinstance(node, exp.Like | exp.ILike):
             pattern = node.expression
             if not (isinstance(pattern, exp.Literal) and _literal_kind(pattern) == "str"
-                    and "\\" not in pattern.this) or kind_of(node.this) != "str":
+                    and "\\" not in pattern.this) or self.kind_of(node.this) != "str":
                 return None
-            strings.append(pattern.this)
-            needs.add("ascii")
+            self.strings.append(pattern.this)
+            self.needs.add("ascii")
             return "bool"
         return None
-
-    if kind_of(condition) != "bool" or not used:
-        return None
-    texts = [v for v in strings if isinstance(v, str)]
-    if needs and not all(v.isascii() for v in texts):
-        return None
-    if "order" in needs and not (all(_LOWER.fullmatch(v) for v in texts)
-                                 or all(_UPPER.fullmatch(v) for v in texts)):
-        return None
-    return condition, used
 
 
 #: Strings whose order every collation agrees on (see :func:`_key_condition`).

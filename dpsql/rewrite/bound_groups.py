@@ -9,8 +9,9 @@ per-user table, not over raw rows.
 
 How it is cheap: a window over the whole per-user table costs DuckDB 2–3× the per-user
 aggregate itself, yet most users usually stay within the bound and keep all their
-groups anyway. So where the backend computes a CTE referenced several times once, the
-users over the bound are found first with a hash aggregate (``__over``), every other
+groups anyway. So where the backend computes a CTE referenced several times once
+(``engine.reuse_ctes``, :class:`~dpsql.rewrite.traits.EngineTraits`), the users over
+the bound are found first with a hash aggregate (``__over``), every other
 user's rows pass as they are, and only the users over the bound (and the rows whose
 user id is NULL, one pseudo-user, as before) go through the window. The result is the
 same set of rows as the window over everyone; measured on 2M rows of 1M people with one
@@ -35,9 +36,6 @@ OVER = "__over"
 def bound_groups(expression: exp.Select, plan: Plan,
                  engine: EngineTraits = DEFAULT) -> exp.Select:
     """Inserts ``__bounded`` between the per-user CTE and the outer aggregate.
-
-    ``engine.reuse_ctes`` (an engine that computes a CTE once) lets only the users over
-    the bound go through the window (module docstring); the rows kept are the same.
 
     >>> from dpsql.engine import _demo_plan
     >>> from dpsql.rewrite import rewrite
