@@ -75,7 +75,7 @@ from dpsql.plan_cache import (
 )
 from dpsql.postprocess import check_postprocess, postprocess, stat_half_width
 from dpsql.result import Explanation, Result
-from dpsql.rewrite import rewrite
+from dpsql.rewrite import EngineTraits, rewrite
 from dpsql.validate import validate
 
 _log = logging.getLogger("dpsql.owner")
@@ -765,9 +765,9 @@ class Connection:
                     "key, so it must be a PRIMARY KEY or UNIQUE in the database (dpsql "
                     "checks the database, not the catalog); a duplicated key would attach "
                     "one row to two users")
-        plan.reuse_ctes = backend.supports_materialized_ctes
         stages.mark("analysis")
-        expression = rewrite(plan)
+        expression = rewrite(plan, engine=EngineTraits(
+            reuse_ctes=backend.supports_materialized_ctes))
         stages.mark("rewrite")
         return plan, expression, backend
 

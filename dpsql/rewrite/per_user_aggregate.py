@@ -23,11 +23,13 @@ from sqlglot import exp
 from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import Interval
 from dpsql.analyze.plan import Plan
-from dpsql.bias import RAW_ROWS
 from dpsql.rewrite._sql import clamp, number
 from dpsql.rewrite.statistics_query import argument, bin_argument
 
 UID = "__uid"
+#: Column of ``__per_user`` holding a user's rows in a group before the cap, read only by
+#: the bias check's own query (:func:`dpsql.bias.bias_query`).
+RAW_ROWS = "__raw_rows"
 
 
 def _scaled(total: exp.Expression, arg: exp.Expression, R: int) -> exp.Expression:
