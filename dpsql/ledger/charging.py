@@ -3,10 +3,32 @@
 
 **Charge before release.** :meth:`Charging.charge` checks that the query fits and
 records it in one write transaction, before the backend reads any data: the admission
-check (every limit against the running totals), the entry (linked into the chain), the
-two running totals and the head record are written under one lock and committed
-together, so two queries can never both spend the last of a budget, and a refused
-query charges nothing (its refusal is logged at cost 0).
+check (every limit against the running totals, :meth:`Charging._admission`), the entry
+(linked into the chain), the two running totals and the head record are written under
+one lock and committed together, so two queries can never both spend the last of a
+budget, and a refused query charges nothing (its refusal is logged at cost 0).
+
+**One charge transaction per query; the outcome after it, without the lock.** A query's
+path through the ledger is that one transaction holding the charge lock and, after
+execution, one short transaction that writes only the entry's outcome
+(:meth:`Charging.finish`; the answer cache's entry goes with it). On PostgreSQL the
+outcome takes no charge lock at all (it updates one ``entries`` row; chargers wait
+only for the id row), on SQLite it holds the file's write lock for one UPDATE and its
+commit; neither holds anything across execution. It needs none of the charge's
+checks: it changes no budget, running total or binding, nor the head record (which
+does not cover outcomes: each outcome's MAC binds it to its entry's hash), and it names
+its entry by id *and* by the hash this connection committed, so on a ledger replaced
+or rewound under the connection it matches no row and is not written (keyed, the hash
+cannot be forged); the next charge's checks refuse such a ledger.
+
+*Why the outcome is not folded into the next charge's transaction* (one durable commit
+per query instead of two): the answer would then be released before its ``answered``
+outcome is durable, and a process killed after the answer (or one that never charges
+again) would leave a released answer logged as ``charged`` and missing from the answer
+cache, whose entries are what end averaging attacks by repetition. The outcome's own
+durable commit keeps today's guarantee that every answer released is ``answered`` in
+the log when the call returns. Durability is unchanged: the charge is committed
+(``synchronous=FULL``) before any data is read, and nothing after it can undo it.
 """
 
 from __future__ import annotations
@@ -15,11 +37,16 @@ from typing import Any
 
 from dpsql.accounting import NOTHING, Accounting, Cost, Spent
 from dpsql.errors import BudgetExhaustedError, LedgerError
+from dpsql.ledger.core import OUTCOME
 from dpsql.ledger.records import _hk, _sha, _storable, _tag
 from dpsql.ledger.schema import _ENTRY_COLUMNS
 from dpsql.ledger.settings import ALL, CHARGED_SQL_KEPT, SQL_KEPT, _log
 from dpsql.ledger.values import _check_cost, _sum
 from dpsql.text import escape
+
+#: Charges whose outcome this connection remembers by hash (one per query in flight on
+#: it; older ones are finished under the full checks).
+OPEN_CHARGES = 64
 
 
 class Charging:
@@ -77,13 +104,45 @@ class Charging:
         self._head_dirty = True
         return eid
 
+    def _admission(self, db, dataset: str, analyst: str, cost: Cost,
+                   cap: tuple[tuple[float, float], list[Cost]] | None) -> str | None:
+        """Why ``cost`` does not fit now (None: it fits), read in the caller's transaction.
+
+        The one admission rule, for the charge (inside its write transaction, under the
+        lock: there it decides) and for the early refusal (a read,
+        :meth:`dpsql.ledger.reports.BudgetView.refusal`): every limit in force (the data
+        set's total, the analyst's own total when the owner set one, the connection's
+        cap) must still fit what was spent plus ``cost``, under the data set's
+        accountant. It reads a few rows whatever the ledger's age.
+        """
+        base = self._budget_row(db, dataset, ALL)
+        if base is None:
+            return f"no budget is set for data set {dataset!r}"
+        dataset_total, accountant = base
+        checks = [("data set", dataset_total, self._spent(db, dataset, ALL))]
+        own = self._budget_row(db, dataset, analyst) if analyst != ALL else None
+        if own is not None:
+            checks.append((f"analyst {analyst!r}", own[0], self._spent(db, dataset, analyst)))
+        if cap is not None:
+            checks.append(("connection", cap[0], _sum(cap[1])))
+        for name, total, so_far in checks:
+            acc = Accounting(total, accountant)
+            if not acc.fits(so_far.plus(cost)):
+                left = acc.remaining(so_far)
+                return (f"query needs epsilon={cost.epsilon:g}, delta={cost.delta:g} "
+                        f"but the {name} budget has only epsilon={left[0]:g}, "
+                        f"delta={left[1]:g} left (total epsilon={total[0]:g}, "
+                        f"delta={total[1]:g}, {accountant} composition)")
+        return None
+
     def charge(self, dataset: str, analyst: str, cost: Cost, sql: str,
                cap: tuple[tuple[float, float], list[Cost]] | None = None) -> int:
         """Checks and records ``cost`` atomically; returns the charge's id.
 
-        The time this takes does not depend on how many charges came before: it reads
-        the budgets and the running totals (a few rows), appends one entry and updates
-        two totals, all in one transaction.
+        One write transaction under the ledger's lock: the admission check
+        (:meth:`_admission`), the entry linked into the chain, the two running totals
+        and the head record, committed (durably) together before any data is read. Its
+        time does not depend on how many charges came before.
 
         Args:
             cap: an extra (total, charges so far) limit, e.g. a connection's own budget.
@@ -94,45 +153,25 @@ class Charging:
             LedgerError: the ledger cannot record it (nothing charged, no data read).
         """
         parts = _check_cost(cost)
-        refusal = None
         with self._tx() as db:
-            reason = None
-            base = self._budget_row(db, dataset, ALL)
-            if base is None:
-                reason = f"no budget is set for data set {dataset!r}"
-            else:
-                (dataset_total, accountant) = base
-                checks = [("data set", dataset_total, self._spent(db, dataset, ALL))]
-                own = self._budget_row(db, dataset, analyst)
-                if own is not None:
-                    checks.append((f"analyst {analyst!r}", own[0],
-                                   self._spent(db, dataset, analyst)))
-                if cap is not None:
-                    checks.append(("connection", cap[0], _sum(cap[1])))
-                for name, total, so_far in checks:
-                    acc = Accounting(total, accountant)
-                    if not acc.fits(so_far.plus(cost)):
-                        left = acc.remaining(so_far)
-                        reason = (
-                            f"query needs epsilon={cost.epsilon:g}, delta={cost.delta:g} "
-                            f"but the {name} budget has only epsilon={left[0]:g}, "
-                            f"delta={left[1]:g} left (total epsilon={total[0]:g}, "
-                            f"delta={total[1]:g}, {accountant} composition)"
-                        )
-                        break
+            reason = self._admission(db, dataset, analyst, cost, cap)
             if reason is not None:
                 self._store_refusal(db, dataset, analyst, sql,
                                     "BudgetExhaustedError: " + reason)
-                refusal = BudgetExhaustedError(reason)
             else:
                 eid = self._append(db, dataset, analyst, "charge", parts, sql,
                                    CHARGED_SQL_KEPT, "charged", None)
+                entry_hash = self._head["hash"]
                 self._add(db, dataset, analyst, parts)
                 self._add(db, dataset, ALL, parts)
                 if self._checkpoint_due(eid):
                     self._advance_checkpoint(db)
-        if refusal is not None:
-            raise refusal
+        if reason is not None:
+            raise BudgetExhaustedError(reason)
+        with self._lock:  # committed: its outcome may now name it by its hash
+            self._open_charges[eid] = entry_hash
+            while len(self._open_charges) > OPEN_CHARGES:
+                del self._open_charges[next(iter(self._open_charges))]
         if cap is not None:
             cap[1].append(cost)
         return eid
@@ -163,30 +202,43 @@ class Charging:
 
         The charge itself stays whatever happens here: when the outcome cannot be written
         (a full disk, a lock held too long) the failure goes to the owner's log and the
-        caller goes on.
+        caller goes on. The outcome is its own short transaction, without the charge
+        lock (see the module docstring); a charge this connection did not make (or
+        made too long ago to remember its hash) is finished under the full checks.
 
         Args:
             also: ``also(db, prefix, mac)`` writes in the same transaction (the answer
                 cache stores the released answer with its outcome); its database errors
-                are the outcome's.
+                are the outcome's, and it is undone when the outcome is not written.
         """
         assert outcome in ("answered", "failed", "cancelled")
+        detail = None if detail is None else _storable(detail[:1000])
+        with self._lock:
+            known = self._open_charges.pop(charge_id, None)
         try:
-            with self._tx() as db:
+            with self._tx(OUTCOME if known else True) as db:
                 if also is not None:
                     also(db, self._p, self._mac)
-                row = db.execute(f"SELECT hash, kind FROM {self._p}entries WHERE id = ?",
-                                 (charge_id,)).fetchone()
-                if row is None or row[1] != "charge":
+                entry_hash = known or self._charge_hash(db, charge_id)
+                # by id and hash: on a ledger replaced or rewound under this connection
+                # no row has the hash it committed (keyed, it cannot be forged)
+                written = db.execute(
+                    f"UPDATE {self._p}entries SET outcome = ?, detail = ?, omac = ? "
+                    "WHERE id = ? AND hash = ? AND kind = 'charge'",
+                    (outcome, detail, self._mac("outcome", charge_id, entry_hash, outcome,
+                                                detail), charge_id, entry_hash)).rowcount
+                if written != 1:
                     raise LedgerError(f"ledger {self.path!r}: charge {charge_id} is missing")
-                detail = None if detail is None else _storable(detail[:1000])
-                db.execute(f"UPDATE {self._p}entries SET outcome = ?, detail = ?, omac = ? "
-                           "WHERE id = ?", (outcome, detail,
-                                            self._mac("outcome", charge_id, row[0], outcome,
-                                                      detail), charge_id))
         except LedgerError as exc:
             _log.error("ledger %s: charge %d is kept, but its outcome %r could not be "
                        "recorded: %s", escape(self.path), charge_id, outcome, escape(str(exc)))
+
+    def _charge_hash(self, db, charge_id: int) -> str:
+        row = db.execute(f"SELECT hash, kind FROM {self._p}entries WHERE id = ?",
+                         (charge_id,)).fetchone()
+        if row is None or row[1] != "charge":
+            raise LedgerError(f"ledger {self.path!r}: charge {charge_id} is missing")
+        return row[0]
 
     def refuse(self, dataset: str, analyst: str, sql: str, detail: str) -> None:
         """Logs a query refused before any data was read (it costs nothing).

@@ -25,6 +25,9 @@ from dpsql.ledger.schema import _init_meta, _Schema
 from dpsql.ledger.settings import FORMAT, KEY_ENV, REFUSAL_CAP, VERSION, _owner_key, _timeout
 from dpsql.ledger.stores import _ledger_error, _Postgres, _SQLite
 
+#: :meth:`LedgerBase._tx`'s mode for the write of one charge's outcome.
+OUTCOME = "outcome"
+
 
 class LedgerBase:
     """A ledger's connection and transactions (see :class:`dpsql.ledger.Ledger`)."""
@@ -36,6 +39,9 @@ class LedgerBase:
         self._seen = -1  # the newest head (its seq) this connection has seen committed
         self._head: dict = {}
         self._head_dirty = False
+        # the hash of each charge this connection committed whose outcome is not yet
+        # written (the outcome names its entry by it); a few, bounded
+        self._open_charges: dict[int, str] = {}
         self.refusal_cap = refusal_cap
         timeout = _timeout() if timeout is None else timeout
         self._timeout = timeout
@@ -109,8 +115,16 @@ class LedgerBase:
     # -- transactions -------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _tx(self, write: bool = True):
+    def _tx(self, write: bool | str = True):
         """One transaction under the connection's lock; database errors as LedgerError.
+
+        Args:
+            write: True, a write under the ledger's lock (on PostgreSQL the row lock that
+                serialises chargers), after checking that the file is still the one
+                opened and carries the ledger's id; False, a read; :data:`OUTCOME`, the
+                write of one charge's outcome: no charge lock and no head record (see
+                :meth:`dpsql.ledger.charging.Charging.finish` for why it needs neither).
+                Every transaction but an outcome's checks the head record first.
 
         A KeyboardInterrupt can land between any two steps here (the analyst's Ctrl-C in
         the shell). A transaction left open would keep the ledger locked for every
@@ -119,27 +133,22 @@ class LedgerBase:
         uncommitted charge is lost only when no data was read for it.
         """
         s = self._s
+        outcome = write == OUTCOME
         with self._lock:
             try:
                 try:
                     if write:
-                        if s.readonly:
-                            raise LedgerError(f"ledger {self.path!r} was opened read-only")
-                        s.begin_write()
-                        s.same_file()
-                        row = s.execute(f"SELECT value FROM {self._p}meta WHERE key = 'id'"
-                                        ).fetchone()
-                        if row is None or row[0] != self.id:
-                            raise LedgerError(f"ledger {self.path!r} is no longer the ledger "
-                                              "this connection opened; refusing to charge")
+                        self._begin_write(lock=not outcome)
                     else:
                         s.begin_read()
-                    self._load_head()
+                    if not outcome:
+                        self._load_head()
                     yield s
-                    if self._head_dirty:
+                    if self._head_dirty and not outcome:
                         self._write_head(s)
                     s.execute("COMMIT")
-                    self._seen = self._head["seq"]
+                    if not outcome:
+                        self._seen = self._head["seq"]
                 except s.errors() as exc:
                     raise _ledger_error(exc, self.path, "record", self._timeout) from None
             except BaseException:
@@ -150,6 +159,20 @@ class LedgerBase:
                     pass
                 raise
 
+    def _begin_write(self, lock: bool) -> None:
+        """Begins a write; with ``lock``, takes the charge lock and checks, inside the
+        transaction, that the ledger is still the file and the id this connection opened."""
+        s = self._s
+        if s.readonly:
+            raise LedgerError(f"ledger {self.path!r} was opened read-only")
+        s.begin_write(lock)
+        if not lock:
+            return
+        s.same_file()
+        row = s.execute(f"SELECT value FROM {self._p}meta WHERE key = 'id'").fetchone()
+        if row is None or row[0] != self.id:
+            raise LedgerError(f"ledger {self.path!r} is no longer the ledger this connection "
+                              "opened; refusing to charge")
 
     @contextlib.contextmanager
     def side_table(self, write: bool = False):

@@ -79,33 +79,15 @@ class BudgetView:
         return accountant, out
 
     def refusal(self, cost: Cost) -> str | None:
-        """Why ``cost`` would not fit now (None if it would): a read, for refusing a
-        query early and cheaply; :meth:`Ledger.charge` decides, atomically."""
-        accountant, limits = self._limits()
-        names = self._limit_names()
-        for name, (total, so_far) in zip(names, limits, strict=False):
-            acc = Accounting(total, accountant)
-            if not acc.fits(so_far.plus(cost)):
-                left = acc.remaining(so_far)
-                return (f"query needs epsilon={cost.epsilon:g}, delta={cost.delta:g} "
-                        f"but the {name} budget has only epsilon={left[0]:g}, "
-                        f"delta={left[1]:g} left (total epsilon={total[0]:g}, "
-                        f"delta={total[1]:g}, {accountant} composition)")
-        return None
-
-    def _limit_names(self) -> list[str]:
-        """The names of :meth:`_limits`' entries, in its order (as the charge says them)."""
+        """Why ``cost`` would not fit now (None if it would): one read, for refusing a
+        query early and cheaply, by the charge's own rule
+        (:meth:`~dpsql.ledger.charging.Charging._admission`); :meth:`Ledger.charge`
+        decides, atomically."""
         led = self.ledger
-        names = []
         with led._tx(write=False) as db:
-            if led._budget_row(db, self.dataset, ALL) is not None:
-                names.append("data set")
-            if self.analyst != ALL and led._budget_row(db, self.dataset,
-                                                       self.analyst) is not None:
-                names.append(f"analyst {self.analyst!r}")
-        if self._cap is not None:
-            names.append("connection")
-        return names
+            if led._budget_row(db, self.dataset, ALL) is None:
+                return None  # no total yet: the charge refuses it, and logs why
+            return led._admission(db, self.dataset, self.analyst, cost, self._cap)
 
     @property
     def total(self) -> tuple[float, float]:

@@ -179,7 +179,10 @@ class _SQLite:
             raise LedgerError(f"ledger {self.path!r} gained a second hard link; refusing to "
                               "charge (SQLite's locks follow the name)")
 
-    def begin_write(self) -> None:
+    def begin_write(self, lock: bool = True) -> None:
+        """``BEGIN IMMEDIATE``: SQLite's write lock is the whole file's, whatever
+        ``lock`` says; a transaction without the charge lock (an outcome) holds it only
+        for its one short write and commit."""
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
         self.db.execute("BEGIN IMMEDIATE")
@@ -268,13 +271,16 @@ class _Postgres:
     def same_file(self) -> None:
         """Nothing to compare on a server: the id row, checked and locked, is the identity."""
 
-    def begin_write(self) -> None:
+    def begin_write(self, lock: bool = True) -> None:
+        """``BEGIN``; with ``lock``, the row lock on the id row that serialises every
+        charge of this ledger, on every host (an outcome's write takes only the row
+        locks of what it updates, so it never waits for a charger, nor a charger for it)."""
         if self._tx:
             self.db.execute("ROLLBACK")
         self.db.execute("BEGIN")
         self._tx = True
-        # the row lock that serialises every charge of this ledger, on every host
-        self.db.execute(f"SELECT value FROM {self.prefix}meta WHERE key = 'id' FOR UPDATE")
+        if lock:
+            self.db.execute(f"SELECT value FROM {self.prefix}meta WHERE key = 'id' FOR UPDATE")
 
     def begin_read(self) -> None:
         if self._tx:
