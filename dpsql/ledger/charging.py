@@ -1,0 +1,255 @@
+"""Charging: admission, the charge record, the running totals, refusals and outcomes
+(a mixin of :class:`dpsql.ledger.Ledger`).
+
+**Charge before release.** :meth:`Charging.charge` checks that the query fits and
+records it in one write transaction, before the backend reads any data: the admission
+check (every limit against the running totals, :meth:`Charging._admission`), the entry
+(linked into the chain), the two running totals and the head record are written under
+one lock and committed together, so two queries can never both spend the last of a
+budget, and a refused query charges nothing (its refusal is logged at cost 0).
+
+**One charge transaction per query; the outcome after it, without the lock.** A query's
+path through the ledger is that one transaction holding the charge lock and, after
+execution, one short transaction that writes only the entry's outcome
+(:meth:`Charging.finish`; the answer cache's entry goes with it). On PostgreSQL the
+outcome takes no charge lock at all (it updates one ``entries`` row; chargers wait
+only for the id row), on SQLite it holds the file's write lock for one UPDATE and its
+commit; neither holds anything across execution. It needs none of the charge's
+checks: it changes no budget, running total or binding, nor the head record (which
+does not cover outcomes: each outcome's MAC binds it to its entry's hash), and it names
+its entry by id *and* by the hash this connection committed, so on a ledger replaced
+or rewound under the connection it matches no row and is not written (keyed, the hash
+cannot be forged); the next charge's checks refuse such a ledger.
+
+*Why the outcome is not folded into the next charge's transaction* (one durable commit
+per query instead of two): the answer would then be released before its ``answered``
+outcome is durable, and a process killed after the answer (or one that never charges
+again) would leave a released answer logged as ``charged`` and missing from the answer
+cache, whose entries are what end averaging attacks by repetition. The outcome's own
+durable commit keeps today's guarantee that every answer released is ``answered`` in
+the log when the call returns. Durability is unchanged: the charge is committed
+(``synchronous=FULL``) before any data is read, and nothing after it can undo it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpsql.accounting import NOTHING, Accounting, Cost, Spent
+from dpsql.errors import BudgetExhaustedError, LedgerError
+from dpsql.ledger.core import OUTCOME
+from dpsql.ledger.records import _hk, _sha, _storable, _tag
+from dpsql.ledger.schema import _ENTRY_COLUMNS
+from dpsql.ledger.settings import ALL, CHARGED_SQL_KEPT, SQL_KEPT, _log
+from dpsql.ledger.values import _check_cost, _sum
+from dpsql.text import escape
+
+#: Charges whose outcome this connection remembers by hash (one per query in flight on
+#: it; older ones are finished under the full checks).
+OPEN_CHARGES = 64
+
+
+class Charging:
+    """Charges, refusals and outcomes (a mixin of :class:`dpsql.ledger.Ledger`)."""
+
+    def _totals_row(self, db, dataset: str, analyst: str) -> tuple | None:
+        row = db.execute(
+            "SELECT epsilon, delta, rho, rho_delta, n, mac FROM "
+            f"{self._p}totals WHERE dataset = ? AND analyst = ?", (dataset, analyst)
+        ).fetchone()
+        key = _hk("t", dataset, analyst)
+        if row is None:
+            self._match_head(key, None, f"the running total of {dataset!r}/{analyst!r}")
+            return None
+        self._check_totals_row(dataset, analyst, tuple(row[:5]), row[5])
+        self._match_head(key, _tag(row[5]), f"the running total of {dataset!r}/{analyst!r}")
+        return tuple(row[:5])
+
+    def _spent(self, db, dataset: str, analyst: str) -> Spent:
+        row = self._totals_row(db, dataset, analyst)
+        return NOTHING if row is None else Spent((row[0], row[1]), row[2], row[3])
+
+    def _add(self, db, dataset: str, analyst: str, parts: tuple) -> None:
+        old = self._totals_row(db, dataset, analyst)
+        if old is None:
+            new = (*(0.0 + x for x in parts), 1)
+            mac = self._mac("totals", dataset, analyst, *new)
+            db.execute(f"INSERT INTO {self._p}totals VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (dataset, analyst, *new, mac))
+        else:
+            new = (old[0] + parts[0], old[1] + parts[1], old[2] + parts[2],
+                   old[3] + parts[3], old[4] + 1)
+            mac = self._mac("totals", dataset, analyst, *new)
+            db.execute(f"UPDATE {self._p}totals SET epsilon = ?, delta = ?, rho = ?, "
+                       "rho_delta = ?, n = ?, mac = ? WHERE dataset = ? AND analyst = ?",
+                       (*new, mac, dataset, analyst))
+        self._head_set(_hk("t", dataset, analyst), _tag(mac))
+
+    def _append(self, db, dataset: str, analyst: str, kind: str, parts: tuple, sql: str,
+                keep: int, outcome: str, detail: str | None) -> int:
+        # the newest entry was checked against the head when the transaction began
+        last_id, prev = self._head["id"], self._head["hash"]
+        eid, t = last_id + 1, self._stamp()
+        sql = sql if isinstance(sql, str) else repr(sql)
+        sql_hash = _sha(sql)
+        stored = _storable(sql[:keep])
+        detail = None if detail is None else _storable(detail[:1000])
+        h = self._mac("entry", eid, t, dataset, analyst, kind, *parts, sql_hash, len(sql),
+                      _sha(stored), prev)
+        db.execute(f"INSERT INTO {self._p}entries ({_ENTRY_COLUMNS}) VALUES "
+                   "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   (eid, t, dataset, analyst, kind, *parts, stored, sql_hash, len(sql),
+                    outcome, detail, self._mac("outcome", eid, h, outcome, detail), prev, h))
+        self._head["id"], self._head["hash"] = eid, h
+        self._head_dirty = True
+        return eid
+
+    def _admission(self, db, dataset: str, analyst: str, cost: Cost,
+                   cap: tuple[tuple[float, float], list[Cost]] | None) -> str | None:
+        """Why ``cost`` does not fit now (None: it fits), read in the caller's transaction.
+
+        The one admission rule, for the charge (inside its write transaction, under the
+        lock: there it decides) and for the early refusal (a read,
+        :meth:`dpsql.ledger.reports.BudgetView.refusal`): every limit in force (the data
+        set's total, the analyst's own total when the owner set one, the connection's
+        cap) must still fit what was spent plus ``cost``, under the data set's
+        accountant. It reads a few rows whatever the ledger's age.
+        """
+        base = self._budget_row(db, dataset, ALL)
+        if base is None:
+            return f"no budget is set for data set {dataset!r}"
+        dataset_total, accountant = base
+        checks = [("data set", dataset_total, self._spent(db, dataset, ALL))]
+        own = self._budget_row(db, dataset, analyst) if analyst != ALL else None
+        if own is not None:
+            checks.append((f"analyst {analyst!r}", own[0], self._spent(db, dataset, analyst)))
+        if cap is not None:
+            checks.append(("connection", cap[0], _sum(cap[1])))
+        for name, total, so_far in checks:
+            acc = Accounting(total, accountant)
+            if not acc.fits(so_far.plus(cost)):
+                left = acc.remaining(so_far)
+                return (f"query needs epsilon={cost.epsilon:g}, delta={cost.delta:g} "
+                        f"but the {name} budget has only epsilon={left[0]:g}, "
+                        f"delta={left[1]:g} left (total epsilon={total[0]:g}, "
+                        f"delta={total[1]:g}, {accountant} composition)")
+        return None
+
+    def charge(self, dataset: str, analyst: str, cost: Cost, sql: str,
+               cap: tuple[tuple[float, float], list[Cost]] | None = None) -> int:
+        """Checks and records ``cost`` atomically; returns the charge's id.
+
+        One write transaction under the ledger's lock: the admission check
+        (:meth:`_admission`), the entry linked into the chain, the two running totals
+        and the head record, committed (durably) together before any data is read. Its
+        time does not depend on how many charges came before.
+
+        Args:
+            cap: an extra (total, charges so far) limit, e.g. a connection's own budget.
+
+        Raises:
+            BudgetExhaustedError: the cost does not fit (nothing charged; the refusal
+                is logged).
+            LedgerError: the ledger cannot record it (nothing charged, no data read).
+        """
+        parts = _check_cost(cost)
+        with self._tx() as db:
+            reason = self._admission(db, dataset, analyst, cost, cap)
+            if reason is not None:
+                self._store_refusal(db, dataset, analyst, sql,
+                                    "BudgetExhaustedError: " + reason)
+            else:
+                eid = self._append(db, dataset, analyst, "charge", parts, sql,
+                                   CHARGED_SQL_KEPT, "charged", None)
+                entry_hash = self._head["hash"]
+                self._add(db, dataset, analyst, parts)
+                self._add(db, dataset, ALL, parts)
+                if self._checkpoint_due(eid):
+                    self._advance_checkpoint(db)
+        if reason is not None:
+            raise BudgetExhaustedError(reason)
+        with self._lock:  # committed: its outcome may now name it by its hash
+            self._open_charges[eid] = entry_hash
+            while len(self._open_charges) > OPEN_CHARGES:
+                del self._open_charges[next(iter(self._open_charges))]
+        if cap is not None:
+            cap[1].append(cost)
+        return eid
+
+    def _store_refusal(self, db, dataset: str, analyst: str, sql: Any, detail: str) -> None:
+        row = db.execute(f"SELECT stored, dropped FROM {self._p}refusal_counts WHERE "
+                         "dataset = ? AND analyst = ?", (dataset, analyst)).fetchone()
+        key = _hk("r", dataset, analyst)
+        self._match_head(key, None if row is None else list(row),
+                         f"the refusal count of {dataset!r}/{analyst!r}")
+        stored, dropped = row if row else (0, 0)
+        if stored < self.refusal_cap:
+            self._append(db, dataset, analyst, "refusal", (0.0, 0.0, 0.0, 0.0),
+                         sql if isinstance(sql, str) else repr(sql), SQL_KEPT, "refused",
+                         detail)
+            stored += 1
+        else:
+            dropped += 1
+        db.execute(f"DELETE FROM {self._p}refusal_counts WHERE dataset = ? AND analyst = ?",
+                   (dataset, analyst))
+        db.execute(f"INSERT INTO {self._p}refusal_counts VALUES (?, ?, ?, ?)",
+                   (dataset, analyst, stored, dropped))
+        self._head_set(key, [stored, dropped])
+
+    def finish(self, charge_id: int, outcome: str, detail: str | None = None,
+               also=None) -> None:
+        """Marks a charged query ``answered``, ``failed`` or ``cancelled`` (Ctrl-C).
+
+        The charge itself stays whatever happens here: when the outcome cannot be written
+        (a full disk, a lock held too long) the failure goes to the owner's log and the
+        caller goes on. The outcome is its own short transaction, without the charge
+        lock (see the module docstring); a charge this connection did not make (or
+        made too long ago to remember its hash) is finished under the full checks.
+
+        Args:
+            also: ``also(db, prefix, mac)`` writes in the same transaction (the answer
+                cache stores the released answer with its outcome); its database errors
+                are the outcome's, and it is undone when the outcome is not written.
+        """
+        assert outcome in ("answered", "failed", "cancelled")
+        detail = None if detail is None else _storable(detail[:1000])
+        with self._lock:
+            known = self._open_charges.pop(charge_id, None)
+        try:
+            with self._tx(OUTCOME if known else True) as db:
+                if also is not None:
+                    also(db, self._p, self._mac)
+                entry_hash = known or self._charge_hash(db, charge_id)
+                # by id and hash: on a ledger replaced or rewound under this connection
+                # no row has the hash it committed (keyed, it cannot be forged)
+                written = db.execute(
+                    f"UPDATE {self._p}entries SET outcome = ?, detail = ?, omac = ? "
+                    "WHERE id = ? AND hash = ? AND kind = 'charge'",
+                    (outcome, detail, self._mac("outcome", charge_id, entry_hash, outcome,
+                                                detail), charge_id, entry_hash)).rowcount
+                if written != 1:
+                    raise LedgerError(f"ledger {self.path!r}: charge {charge_id} is missing")
+        except LedgerError as exc:
+            _log.error("ledger %s: charge %d is kept, but its outcome %r could not be "
+                       "recorded: %s", escape(self.path), charge_id, outcome, escape(str(exc)))
+
+    def _charge_hash(self, db, charge_id: int) -> str:
+        row = db.execute(f"SELECT hash, kind FROM {self._p}entries WHERE id = ?",
+                         (charge_id,)).fetchone()
+        if row is None or row[1] != "charge":
+            raise LedgerError(f"ledger {self.path!r}: charge {charge_id} is missing")
+        return row[0]
+
+    def refuse(self, dataset: str, analyst: str, sql: str, detail: str) -> None:
+        """Logs a query refused before any data was read (it costs nothing).
+
+        Never raises for the ledger's own trouble: the query is refused either way, and
+        a failure to log it goes to the owner's log.
+        """
+        try:
+            with self._tx() as db:
+                self._store_refusal(db, dataset, analyst, sql, detail)
+        except LedgerError as exc:
+            _log.error("ledger %s: a refusal could not be logged: %s", escape(self.path),
+                       escape(str(exc)))
+

@@ -1,0 +1,196 @@
+"""The ledger connection: opening a ledger (format, id, key) and its transactions.
+
+:class:`LedgerBase` owns the store (:mod:`dpsql.ledger.stores`), the connection's lock
+and what it has seen of the head record; every read and write of the other parts goes
+through :meth:`LedgerBase._tx`, which checks (before anything is read or written) that
+the ledger is still the one opened and that its head record is intact and not rewound.
+The parts that give it meaning are mixins put together in :class:`dpsql.ledger.Ledger`:
+the chain and its verification (:mod:`~dpsql.ledger.chain`), budgets and bindings
+(:mod:`~dpsql.ledger.budgets`), charging (:mod:`~dpsql.ledger.charging`) and reports
+(:mod:`~dpsql.ledger.reports`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import secrets
+import threading
+from pathlib import Path
+from typing import Any
+
+from dpsql.errors import LedgerError
+from dpsql.ledger.records import _Mac
+from dpsql.ledger.schema import _init_meta, _Schema
+from dpsql.ledger.settings import FORMAT, KEY_ENV, REFUSAL_CAP, VERSION, _owner_key, _timeout
+from dpsql.ledger.stores import _ledger_error, _Postgres, _SQLite
+
+#: :meth:`LedgerBase._tx`'s mode for the write of one charge's outcome.
+OUTCOME = "outcome"
+
+
+class LedgerBase:
+    """A ledger's connection and transactions (see :class:`dpsql.ledger.Ledger`)."""
+
+    def __init__(self, path: str | Path, *, create: bool = True, readonly: bool = False,
+                 expect_id: str | None = None, timeout: float | None = None,
+                 refusal_cap: int = REFUSAL_CAP):
+        self._lock = threading.Lock()
+        self._seen = -1  # the newest head (its seq) this connection has seen committed
+        self._head: dict = {}
+        self._head_dirty = False
+        # the hash of each charge this connection committed whose outcome is not yet
+        # written (the outcome names its entry by it); a few, bounded
+        self._open_charges: dict[int, str] = {}
+        self.refusal_cap = refusal_cap
+        timeout = _timeout() if timeout is None else timeout
+        self._timeout = timeout
+        text = str(path)
+        if text.startswith(("postgresql://", "postgresql+", "postgres://")):
+            self._s: Any = _Postgres(text, timeout, create, readonly)
+        else:
+            self._s = _SQLite(text, timeout, create, readonly)
+        self.path = self._s.path
+        self._p = self._s.prefix
+        try:
+            self._open(expect_id)
+        except BaseException:
+            self._s.close()
+            raise
+
+    # -- opening ------------------------------------------------------------------------
+
+    @property
+    def _db(self):
+        """The SQLite connection (tests and tools); None for PostgreSQL."""
+        return getattr(self._s, "db", None) if self._s.kind == "sqlite" else None
+
+    def _open(self, expect_id: str | None) -> None:
+        errors = self._s.errors()
+        try:
+            if self._s.kind == "sqlite":
+                check = self._s.execute("PRAGMA quick_check").fetchone()[0]
+                if check != "ok":
+                    raise LedgerError(f"ledger {self.path!r} is corrupted ({check})")
+                if self._s.memory:
+                    _Schema(self._s).create(self._s.db)
+                    _init_meta(self._s.db, "?", "", secrets.token_hex(16), _owner_key())
+                else:
+                    tables = {r[0] for r in self._s.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                    if "meta" not in tables:
+                        raise LedgerError(f"{self.path!r} is an SQLite file but not a dpsql "
+                                          "ledger; refusing to start a fresh budget over it")
+            meta = dict(self._s.execute(f"SELECT key, value FROM {self._p}meta").fetchall())
+            if meta.get("format") != FORMAT:
+                raise LedgerError(f"{self.path!r} is not a dpsql ledger")
+            if meta.get("version") != VERSION:
+                raise LedgerError(
+                    f"ledger {self.path!r} has format version {meta.get('version')}; this "
+                    f"dpsql reads version {VERSION} (dpsql budget migrate converts a "
+                    "version-1 ledger into a new file; a version-2 ledger has no head "
+                    "record and is read by the dpsql that wrote it)")
+            self.id = meta["id"]
+            if expect_id is not None and expect_id != self.id:
+                raise LedgerError(
+                    f"ledger {self.path!r} has id {self.id}, not the pinned {expect_id}: the "
+                    "file was replaced; refusing to charge a ledger that is not the owner's")
+            key = _owner_key()
+            self.keyed = meta.get("keyed") == "1"
+            if self.keyed and key is None:
+                raise LedgerError(f"ledger {self.path!r} is keyed: set {KEY_ENV} to the "
+                                  "owner's key")
+            if not self.keyed and key is not None:
+                raise LedgerError(f"ledger {self.path!r} was made without a key, but "
+                                  f"{KEY_ENV} is set: refusing an unkeyed ledger where a "
+                                  "keyed one is expected (was it replaced?)")
+            self._mac = _Mac(self.id, key)
+            if not hmac.compare_digest(meta.get("key_check", ""), self._mac("key-check")):
+                raise LedgerError(f"ledger {self.path!r} was made with another key than "
+                                  f"{KEY_ENV}, or its id was changed")
+            self._verify_since_checkpoint()
+        except errors as exc:
+            raise _ledger_error(exc, self.path, "open", self._timeout) from None
+
+    # -- transactions -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _tx(self, write: bool | str = True):
+        """One transaction under the connection's lock; database errors as LedgerError.
+
+        Args:
+            write: True, a write under the ledger's lock (on PostgreSQL the row lock that
+                serialises chargers), after checking that the file is still the one
+                opened and carries the ledger's id; False, a read; :data:`OUTCOME`, the
+                write of one charge's outcome: no charge lock and no head record (see
+                :meth:`dpsql.ledger.charging.Charging.finish` for why it needs neither).
+                Every transaction but an outcome's checks the head record first.
+
+        A KeyboardInterrupt can land between any two steps here (the analyst's Ctrl-C in
+        the shell). A transaction left open would keep the ledger locked for every
+        process: each exit path rolls back what is still open, and a transaction an
+        interrupt left open anyway is rolled back before the next one begins. An
+        uncommitted charge is lost only when no data was read for it.
+        """
+        s = self._s
+        outcome = write == OUTCOME
+        with self._lock:
+            try:
+                try:
+                    if write:
+                        self._begin_write(lock=not outcome)
+                    else:
+                        s.begin_read()
+                    if not outcome:
+                        self._load_head()
+                    yield s
+                    if self._head_dirty and not outcome:
+                        self._write_head(s)
+                    s.execute("COMMIT")
+                    if not outcome:
+                        self._seen = self._head["seq"]
+                except s.errors() as exc:
+                    raise _ledger_error(exc, self.path, "record", self._timeout) from None
+            except BaseException:
+                try:
+                    if s.in_transaction():
+                        s.execute("ROLLBACK")
+                except s.errors():
+                    pass
+                raise
+
+    def _begin_write(self, lock: bool) -> None:
+        """Begins a write; with ``lock``, takes the charge lock and checks, inside the
+        transaction, that the ledger is still the file and the id this connection opened."""
+        s = self._s
+        if s.readonly:
+            raise LedgerError(f"ledger {self.path!r} was opened read-only")
+        s.begin_write(lock)
+        if not lock:
+            return
+        s.same_file()
+        row = s.execute(f"SELECT value FROM {self._p}meta WHERE key = 'id'").fetchone()
+        if row is None or row[0] != self.id:
+            raise LedgerError(f"ledger {self.path!r} is no longer the ledger this connection "
+                              "opened; refusing to charge")
+
+    @contextlib.contextmanager
+    def side_table(self, write: bool = False):
+        """One transaction, under this ledger's checks and locks, for a module that keeps
+        its own table in the ledger (:mod:`dpsql.answer_cache`); yields ``(db, prefix,
+        mac)``. Its database errors are :class:`~dpsql.errors.LedgerError`."""
+        with self._tx(write) as db:
+            yield db, self._p, self._mac
+
+    @property
+    def kind(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return self._s.kind
+
+    @property
+    def readonly(self) -> bool:
+        return self._s.readonly
+
+    def close(self) -> None:
+        with self._lock:
+            self._s.close()

@@ -1,0 +1,133 @@
+"""A query's transactions in the ledger: one charge under the lock, then its outcome
+without it (:mod:`dpsql.ledger.charging`), and the early refusal by the charge's rule."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+
+import pytest
+
+import dpsql
+from dpsql.accounting import Cost
+from dpsql.datasets import load_pums
+from dpsql.errors import BudgetExhaustedError
+from dpsql.ledger import Ledger
+from tests.support import NO_POSTGRES, PG_ADMIN_URL, ledger_of
+
+COUNT = "SELECT COUNT(*) FROM pums"
+CATALOG = {"dataset": "pums", "budget": {"epsilon": 10.0, "delta": 1e-5},
+           "tables": {"pums": {"user_key": "pid", "columns": {
+               "pid": "int", "age": {"type": "int", "lower": 0, "upper": 100}}}}}
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("db") / "pums.duckdb"
+    load_pums(path)
+    return path
+
+
+def _record_writes(led: Ledger) -> list[bool]:
+    """The ``lock`` argument of every write transaction ``led`` begins, in order."""
+    calls: list[bool] = []
+    begin = led._s.begin_write
+
+    def recording(lock: bool = True) -> None:
+        calls.append(lock)
+        begin(lock)
+
+    led._s.begin_write = recording
+    return calls
+
+
+def test_a_query_is_one_locked_charge_then_its_outcome_without_the_lock(db, tmp_path):
+    path = tmp_path / "l.sqlite"
+    with dpsql.connect(db, catalog=CATALOG, ledger=path, analyst="a") as conn:
+        writes = _record_writes(ledger_of(conn))
+        for _ in range(2):  # the second asking comes from the plan cache
+            conn.execute(COUNT, epsilon=0.5)
+            assert writes == [True, False], writes
+            # committed when the call returns: another connection reads it
+            other = Ledger(path, readonly=True)
+            assert other.log()[0]["outcome"] == "answered"
+            other.close()
+            writes.clear()
+    assert Ledger(path).verify()["charges"] == 2
+
+
+def test_an_outcome_lands_only_on_the_entry_its_connection_committed(tmp_path, caplog):
+    path = tmp_path / "l.sqlite"
+    a = Ledger(path)
+    a.set_budget("d", (10.0, 0.0))
+    shutil.copyfile(path, tmp_path / "before.sqlite")
+    eid = a.charge("d", "alice", Cost(1.0), "SELECT 1")
+    # the file is rolled back under the open connection (same inode), and another
+    # connection charges the same entry id with another query
+    shutil.copyfile(tmp_path / "before.sqlite", path)
+    b = Ledger(path)
+    b.grant("d", (1.0, 0.0))  # (SQLite keeps a cache while the file's counter stays)
+    assert b.charge("d", "bob", Cost(2.0), "SELECT 2") == eid
+    with caplog.at_level(logging.ERROR, logger="dpsql.owner"):
+        a.finish(eid, "answered")
+    assert "could not be recorded" in caplog.text
+    assert [(e["id"], e["analyst"], e["outcome"]) for e in b.log()] == \
+        [(eid, "bob", "charged")]
+    b.verify()
+    b.finish(eid, "answered")
+    assert b.log()[0]["outcome"] == "answered"
+    a.close()
+    b.close()
+
+
+def test_the_early_refusal_says_what_the_charge_says(db, tmp_path):
+    led = Ledger(tmp_path / "l.sqlite")
+    led.set_budget("d", (1.0, 0.0))
+    led.set_budget("d", (0.5, 0.0), analyst="alice")
+    cases = [("alice", None, Cost(0.75)),        # the analyst's own total
+             ("bob", None, Cost(1.5)),           # the data set's total
+             ("bob", ((0.25, 0.0), []), Cost(0.5))]  # the connection's cap
+    for analyst, cap, cost in cases:
+        early = led.view("d", analyst, cap).refusal(cost)
+        with pytest.raises(BudgetExhaustedError) as info:
+            led.charge("d", analyst, cost, "q", cap)
+        assert early is not None and str(info.value) == early
+    assert led.view("d", "bob").refusal(Cost(0.5)) is None
+    assert led.spent("d").basic == (0.0, 0.0)
+    led.close()
+
+
+@pytest.fixture
+def pg_ledger():
+    if not PG_ADMIN_URL:
+        pytest.skip(NO_POSTGRES)
+    schema = f"ledger_{uuid.uuid4().hex[:12]}"
+    yield f"{PG_ADMIN_URL}?schema={schema}"
+    import psycopg
+    import sqlalchemy as sa
+
+    u = sa.make_url(PG_ADMIN_URL).set(drivername="postgresql")
+    with psycopg.connect(u.render_as_string(hide_password=False), autocommit=True) as con:
+        con.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def test_postgresql_outcome_does_not_wait_for_a_charger(pg_ledger, caplog):
+    import psycopg
+    import sqlalchemy as sa
+
+    led = Ledger(pg_ledger, timeout=1)
+    led.set_budget("d", (10.0, 0.0))
+    eid = led.charge("d", "alice", Cost(1.0), "SELECT 1")
+    u = sa.make_url(pg_ledger)
+    schema = u.query["schema"]
+    conninfo = u.set(drivername="postgresql", query={}).render_as_string(hide_password=False)
+    with psycopg.connect(conninfo) as charger:  # a charger in the middle of its transaction
+        charger.execute(f'SELECT value FROM "{schema}".meta WHERE key = \'id\' FOR UPDATE')
+        with caplog.at_level(logging.ERROR, logger="dpsql.owner"):
+            led.finish(eid, "answered")
+        assert "could not be recorded" not in caplog.text
+        charger.rollback()
+    assert led.log()[0]["outcome"] == "answered"
+    assert led.verify()["charges"] == 1
+    led.close()
