@@ -83,6 +83,7 @@ def test_one_user_moves_each_count_by_at_most_one():
     assert max(abs(a - b) for a, b in zip(after, before, strict=True)) <= 1
 
 
+@pytest.mark.slow  # statistical: many draws
 def test_the_released_counts_carry_noise_of_the_calibrated_scale():
     """The test that catches broken noise: 4,000 releases of fixed exact counts must
     have the spread of discrete Laplace noise of scale 3 / ε (variance 2p / (1 − p)²,

@@ -17,7 +17,7 @@ def test_threads_see_only_their_own_tables():
     def work(i: int) -> None:
         try:
             barrier.wait()
-            for j in range(30):
+            for j in range(10):
                 with scratch() as con:
                     con.register("__noisy", pa.table({"x": [i * 1000 + j] * 3}))
                     got = con.execute("SELECT DISTINCT x FROM __noisy").fetchall()
