@@ -16,7 +16,7 @@ Tables are looked up on the role's ``search_path`` (pick another schema with
 ``?options=-csearch_path%3Dmyschema`` in the URL). PostgreSQL 14 or newer is needed
 (NUMERIC infinities); TRY_CAST of text to dates needs 16 (``pg_input_is_valid``).
 Integer sums are exact (NUMERIC accumulators); how guarded expressions are made
-error-free is described in :mod:`dpsql.backends.dialects`.
+error-free is described in :mod:`dpsql.backends.postgres_dialect`.
 
 One statement, bound not executed: every query goes through the extended protocol
 (Parse/Bind/Execute), which carries exactly one statement — text holding a second is
@@ -40,7 +40,7 @@ from fractions import Fraction
 import sqlalchemy as sa
 from sqlglot import exp
 
-from dpsql.backends import _boundary, dialects, total
+from dpsql.backends import _boundary, postgres_dialect, total
 from dpsql.backends._sqlalchemy import SQLAlchemyBackend
 from dpsql.errors import BackendError
 from dpsql.limits import Limits
@@ -125,8 +125,8 @@ class PostgresBackend(SQLAlchemyBackend):
     supports_try = False            # the dialect layer guards each operation instead
     supports_exact_integer_sums = True
     supports_unique_constraints = True
-    transforms = dialects.POSTGRES
-    pre_transforms = (dialects.postgres_hash,)
+    transforms = postgres_dialect.POSTGRES
+    pre_transforms = (postgres_dialect.postgres_hash,)
 
     def __init__(self, url: str | sa.URL, limits: Limits | None = None):
         url = sa.make_url(url)
@@ -549,8 +549,8 @@ def _pattern_guarded(node: exp.Cast) -> bool:
             cond = parent.this
             return (isinstance(cond, exp.RegexpLike) and cond.this == node.this
                     and isinstance(cond.expression, exp.Literal)
-                    and cond.expression.this in (dialects._INT_PATTERN,
-                                                 dialects._NUM_PATTERN))
+                    and cond.expression.this in (postgres_dialect.INT_PATTERN,
+                                                 postgres_dialect.NUM_PATTERN))
         child, parent = parent, parent.parent
     return False
 
@@ -621,7 +621,7 @@ def _pg_like(node: exp.Expression, types: total.Types) -> bool:
 def _pg_regexp(node: exp.Expression, types: total.Types) -> bool:
     pattern = node.expression
     return types(node.this) in ("VARCHAR", total.NULL) and isinstance(pattern, exp.Literal) \
-        and pattern.this in (dialects._INT_PATTERN, dialects._NUM_PATTERN)
+        and pattern.this in (postgres_dialect.INT_PATTERN, postgres_dialect.NUM_PATTERN)
 
 
 def _pg_unary(node: exp.Expression, types: total.Types) -> bool:
@@ -692,7 +692,7 @@ _E = total.Entry
 #: PostgreSQL's operations that cannot fail, whatever the rows hold (PostgreSQL 14+).
 #: PostgreSQL raises on integer and float overflow and underflow, so arithmetic is
 #: total only in NUMERIC over bounded operands (the forms the dialect layer writes for
-#: every operation, :func:`dpsql.backends.dialects.postgres_try`); there is no TRY,
+#: every operation, :func:`dpsql.backends.postgres_dialect.postgres_try`); there is no TRY,
 #: so what is not on this list after those transforms is refused before the charge.
 TOTAL = total.AllowList("PostgreSQL", (
     _E(total.COMPARISONS, _pg_meet,
