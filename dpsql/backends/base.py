@@ -156,14 +156,14 @@ class Backend(ABC):
         return sql
 
     def engine_types(self, expression: exp.Expression):
-        """The engine's type of every node (:func:`dpsql.backends.total.expression_types`),
+        """The engine's type of every node (:mod:`dpsql.backends.probe_types`),
         or :class:`~dpsql.backends.total.Untyped` where the engine binds no types."""
-        from dpsql.backends import total
+        from dpsql.backends import probe_types, total
 
         if not self.reports_types:
             return total.Untyped()
-        return total.expression_types(expression, self.columns, self._probe_types,
-                                      self.dialect)
+        return probe_types.expression_types(expression, self.columns, self._probe_types,
+                                            self.dialect)
 
     def dialect_options(self) -> dict:
         """Facts about the connected engine the transforms need (e.g. its version)."""

@@ -253,7 +253,7 @@ class SparkBackend(Backend):
 
     def bind_types(self, sql: str) -> list[str]:
         """The output types of one SELECT over no data (the totality check's probes,
-        :func:`dpsql.backends.total.expression_types`), as :func:`total_type` names.
+        :func:`dpsql.backends.probe_types.expression_types`), as :func:`total_type` names.
 
         Analysis only (``spark.sql(q).schema``: names and types, no job, no optimiser),
         under :data:`SAFE_CONF` (ANSI mode off types some operations differently), and
@@ -498,3 +498,13 @@ TOTAL = total.AllowList("Spark SQL", (
 
 
 SparkBackend.allow = TOTAL
+
+
+# -- how ``dpsql.connect`` reaches this engine (the registry: :mod:`dpsql.backends`) --------
+
+
+def from_object(database, limits: Limits | None = None) -> SparkBackend | None:
+    """A ``pyspark.sql.SparkSession`` (classic or Spark Connect); None for anything else."""
+    if is_spark_session(database):
+        return SparkBackend(database, limits)
+    return None

@@ -404,3 +404,11 @@ SQLiteBackend.allow = TOTAL
 #: what it held is then checked against the list like anything else.
 SQLiteBackend.pre_transforms = sqlite_dialect.SQLITE
 SQLiteBackend.transforms = ()
+
+
+# -- how ``dpsql.connect`` reaches this engine (the registry: :mod:`dpsql.backends`) --------
+
+
+def from_url(url: sa.URL, limits: Limits | None = None) -> SQLiteBackend:
+    """``sqlite:///file.db``, opened read-only."""
+    return SQLiteBackend(url, limits)
