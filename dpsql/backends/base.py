@@ -54,6 +54,9 @@ class Backend(ABC):
     #: Transforms applied before the guards are placed (with :attr:`allow`): those that
     #: only translate DuckDB's spellings, so that the engine can type the tree.
     pre_transforms: tuple = ()
+    #: Functions sqlglot does not model that :attr:`transforms` write (each must be on
+    #: :data:`dpsql.output_check.FUNCTIONS`, which every engine's SQL is checked against).
+    functions: frozenset[str] = frozenset()
     #: The last (rewritten AST, its SQL) that :meth:`to_sql` produced.
     _last_sql: tuple | None = None
     #: Tables the SQL may read (the catalog's; set by the connection), and names that

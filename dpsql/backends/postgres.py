@@ -124,6 +124,7 @@ class PostgresBackend(SQLAlchemyBackend):
     supports_exact_integer_sums = True
     supports_unique_constraints = True
     transforms = postgres_dialect.POSTGRES
+    functions = postgres_dialect.FUNCTIONS
     pre_transforms = (postgres_dialect.postgres_hash,)
 
     def __init__(self, url: str | sa.URL, limits: Limits | None = None):

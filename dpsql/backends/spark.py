@@ -150,6 +150,7 @@ class SparkBackend(Backend):
     supports_unique_constraints = False
     supports_materialized_ctes = False   # CTEs are inlined: one window, not three scans
     transforms = spark_dialect.SPARK
+    functions = spark_dialect.FUNCTIONS
     pre_transforms = spark_dialect.SPARK_PRE
     allow = None  # set below, after the allow-list is defined
 

@@ -253,6 +253,11 @@ def spark_text_keys(expression: exp.Expression, ctx: Context) -> exp.Expression:
 
 
 
+#: Functions sqlglot does not model that these transforms write, or that Spark's SQL reads
+#: back as such (each on :data:`dpsql.output_check.FUNCTIONS`).
+FUNCTIONS = frozenset({"datediff", "is_valid_utf8", "xxhash64", "try_add", "try_subtract",
+                       "try_multiply", "try_divide", "try_sum", "bround"})
+
 #: Spark's transforms before typing: translations of DuckDB's meanings.
 SPARK_PRE = (spark_date_diffs, spark_sums, spark_hash)
 #: ... and after the guards are placed.

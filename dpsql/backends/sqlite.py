@@ -183,6 +183,7 @@ class SQLiteBackend(SQLAlchemyBackend):
     supports_exact_integer_sums = False  # TOTAL: a float, exact below 2^53
     supports_unique_constraints = True
     transforms = sqlite_dialect.SQLITE
+    functions = sqlite_dialect.FUNCTIONS
     _errors = SQLAlchemyBackend._errors + (sqlite3.Error,)
 
     def __init__(self, url: str | sa.URL, limits: Limits | None = None):

@@ -311,6 +311,11 @@ def sqlite_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
         this=SQLITE_HASH, expressions=[seed, _blob(uid), *(_blob(k) for k in keys)]))
 
 
+#: Functions sqlglot does not model that these transforms write (each on
+#: :data:`dpsql.output_check.FUNCTIONS`): dpsql's own, TOTAL and the date functions.
+FUNCTIONS = frozenset({SQLITE_HASH, SQLITE_FMOD, SQLITE_UTF8, "total", "strftime", "date",
+                       "datetime"})
+
 SQLITE = (sqlite_typed_tables, sqlite_try, sqlite_fold_decimals, sqlite_functions,
           sqlite_greatest_least, sqlite_arithmetic, sqlite_strings, sqlite_dates,
           sqlite_sums, sqlite_hash)
