@@ -10,7 +10,6 @@ functions get CASE guards; ``TRY_CAST`` becomes a guarded CAST (text is matched 
 a number pattern first). Casting text to DATE/TIMESTAMP needs ``pg_input_is_valid``
 (PostgreSQL 16+) and is refused on older servers. Date arithmetic is left as is: it
 fails only beyond year 294276. The L0 order is ``hashtextextended(uid|keys, seed)``.
-* **Spark SQL** runs dpsql's queries with ``spark.sql.ansi.enabled = false`` (set for
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Spark SQL's dialect transforms: a rewritten (DuckDB-flavoured) AST becomes SQL
 Spark runs without a data-dependent error (see :mod:`dpsql.backends.dialects`).
 
+**Spark SQL** runs dpsql's queries with ``spark.sql.ansi.enabled = false`` (set for
 the duration of the query, see :mod:`dpsql.backends.spark`) and on the allow-list path
 (:data:`dpsql.backends.spark.TOTAL`): what Spark cannot fail on is listed, every guard
 placed on Spark's own types becomes a Spark form on the list (``try_add``/
@@ -8,14 +9,10 @@ placed on Spark's own types becomes a Spark form on the list (``try_add``/
 test), and anything else is refused before the charge. Integers are summed as
 DECIMAL(38, 0). The L0 order is ``xxhash64(uid, keys, seed)``.
 
-Every backend orders a user's groups by the keyed hash and then by the keys themselves,
-so the choice is a deterministic function of that user's own rows and the seed only.
-
 Spark runs on the allow-list path (:data:`dpsql.backends.spark.TOTAL`): the guards
 are placed on the tree typed by Spark itself, then :func:`spark_try` turns each guard
 into a Spark form that is on the list (Spark has no generic TRY), and the final tree
 is checked against the list on Spark's own types. Nothing here decides what is total.
-
 """
 
 from __future__ import annotations
@@ -41,6 +38,7 @@ from dpsql.backends.dialects import (
 from dpsql.types import DATE, DECIMAL, FLOAT, INT, TIMESTAMP
 from dpsql.types import family as type_family
 
+#: DuckDB's binary arithmetic → Spark's TRY forms: numeric overflow and a zero divisor
 #: give NULL (TRY evaluation); on dates, timestamps and intervals Spark evaluates them
 #: under ``TryEval``, which turns any error of the operation into NULL.
 _SPARK_TRY = {exp.Add: "TRY_ADD", exp.Sub: "TRY_SUBTRACT", exp.Mul: "TRY_MULTIPLY",

@@ -1,7 +1,6 @@
 """SQLite's dialect transforms: a rewritten (DuckDB-flavoured) AST becomes SQL SQLite
 runs without a data-dependent error (see :mod:`dpsql.backends.dialects`).
 
-
 **SQLite** cannot fail on the allowed constructs: integer overflow becomes REAL,
 division by zero and the math functions' domain errors give NULL, CAST never fails
 (non-numeric text becomes 0, not NULL as in DuckDB's TRY_CAST). Two exceptions are
