@@ -38,6 +38,7 @@ from pathlib import Path
 import yaml
 
 from dpsql.errors import CatalogError, UnknownTableError
+from dpsql.types import catalog_type
 
 
 class DraftArgumentError(CatalogError, ValueError):
@@ -83,23 +84,7 @@ def duckdb_catalog_type(dtype: str) -> str | None:
     >>> duckdb_catalog_type("VARCHAR[]") is None
     True
     """
-    base = dtype.split("(")[0].strip().upper()
-    if "[" in base or base.startswith(("STRUCT", "MAP", "UNION")):
-        return None
-    if base in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT",
-                "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "INT"):
-        return "int"
-    if base in ("FLOAT", "DOUBLE", "REAL", "DECIMAL", "NUMERIC"):
-        return "float"
-    if base in ("VARCHAR", "TEXT", "STRING", "CHAR", "ENUM"):
-        return "string"
-    if base in ("BOOLEAN", "BOOL"):
-        return "bool"
-    if base == "DATE":
-        return "date"
-    if base.startswith("TIMESTAMP"):
-        return "timestamp"
-    return None
+    return catalog_type(dtype)
 
 
 def read_schema(database: str | Path, tables: list[str]

@@ -86,6 +86,7 @@ from sqlglot import exp
 
 from dpsql import errors as _errors
 from dpsql import params as _params
+from dpsql import types as sqltypes
 from dpsql.bigquery_options import lift_dp_options
 from dpsql.catalog import Catalog
 from dpsql.engine import Connection as _DpsqlConnection
@@ -226,13 +227,9 @@ class DBAPITypeObject:
         return f"DBAPITypeObject{tuple(sorted(self.values))}"
 
 
-STRING = DBAPITypeObject("VARCHAR", "TEXT", "CHAR", "STRING", "ENUM", "UUID")
+STRING = DBAPITypeObject(*sqltypes.STRING_NAMES, "UUID")
 BINARY = DBAPITypeObject("BLOB", "VARBINARY", "BINARY", "BYTEA")
-NUMBER = DBAPITypeObject(
-    "TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-    "UINT", "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "REAL", "DOUBLE", "DECIMAL",
-    "NUMERIC", "BOOLEAN",
-)
+NUMBER = DBAPITypeObject(*sqltypes.NUMBER_NAMES, "UINT")
 DATETIME = DBAPITypeObject("DATE", "TIME", "TIMESTAMP", "TIMESTAMPTZ", "DATETIME", "INTERVAL")
 ROWID = DBAPITypeObject()
 
@@ -258,8 +255,7 @@ def TimestampFromTicks(ticks: float) -> datetime.datetime:
 
 
 #: Catalog type → the DuckDB type name used as a type code.
-CATALOG_TYPE_CODES = {"int": "BIGINT", "float": "DOUBLE", "string": "VARCHAR",
-                      "bool": "BOOLEAN", "date": "DATE", "timestamp": "TIMESTAMP"}
+CATALOG_TYPE_CODES = {t: sqltypes.DUCKDB_TYPE[t] for t in sqltypes.CATALOG_COMPATIBLE}
 
 
 def _value_type_code(value: Any) -> str | None:

@@ -29,6 +29,7 @@ from typing import Any
 import duckdb
 
 from dpsql import stages
+from dpsql import types as sqltypes
 from dpsql.accounting import Cost
 from dpsql.accuracy import predict_outputs, selection_note, selection_summary, statistic_feeds
 from dpsql.analyze import Plan, analyze
@@ -79,18 +80,6 @@ from dpsql.rewrite import EngineTraits, rewrite
 from dpsql.validate import validate
 
 _log = logging.getLogger("dpsql.owner")
-
-_COMPATIBLE = {
-    "int": ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
-            "UINTEGER", "UBIGINT", "UHUGEINT", "INT"),
-    "float": ("FLOAT", "DOUBLE", "REAL", "DECIMAL", "TINYINT", "SMALLINT", "INTEGER", "BIGINT",
-              "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "NUMERIC"),
-    "string": ("VARCHAR", "TEXT", "STRING", "CHAR", "ENUM"),
-    "bool": ("BOOLEAN", "BOOL"),
-    "date": ("DATE",),
-    "timestamp": ("TIMESTAMP",),
-}
-
 
 def connect(
     database: Any,
@@ -807,10 +796,7 @@ class Connection:
                     f"table {table.name!r}, column {col.name!r}: in the catalog but not in "
                     "the database"
                 )
-            base = actual[col.name].split("(")[0].strip().upper()
-            ok = base in _COMPATIBLE[col.type] or (
-                col.type == "timestamp" and base.startswith("TIMESTAMP") and "[" not in base)
-            if not ok:
+            if not sqltypes.catalog_accepts(col.type, actual[col.name]):
                 raise CatalogError(
                     f"table {table.name!r}, column {col.name!r}: the catalog says "
                     f"{col.type} but the database column is {actual[col.name]}"
@@ -826,14 +812,6 @@ class Connection:
                 "group by it, join on it or count it as a user; use a column with the "
                 "default (binary) collation")
         self._schemas_ok.add(table.name)
-
-
-#: Statistic types whose values come back as exact integers (Python ``int`` or a DECIMAL
-#: without fraction digits).
-_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT",
-                  "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT")
-#: Statistic types whose values Python turns into a float without error.
-_NUMBER_TYPES = (*_INTEGER_TYPES, "FLOAT", "DOUBLE", "REAL", "DECIMAL", "NUMERIC", "BOOLEAN")
 
 
 def statistic_types(plan: Plan, schema: dict[str, str], reports_types: bool = True) -> None:
@@ -856,14 +834,14 @@ def statistic_types(plan: Plan, schema: dict[str, str], reports_types: bool = Tr
     for stat in plan.stats:
         types = [schema.get(c) for c in stat.columns]
         for column, t in zip(stat.columns, types, strict=True):
-            if t is not None and "[" not in t and t.split("(")[0].strip().upper() \
-                    not in _NUMBER_TYPES:
+            if t is not None and not sqltypes.parse(t).array \
+                    and sqltypes.parse(t).base not in sqltypes.NUMBER_NAMES:
                 raise UnsupportedQueryError(
                     f"statistic {column} has type {t[:40]}; dpsql adds noise to numbers only")
         if not stat.integer:
             continue
         if reports_types:
-            whole = all(t is not None and t.split("(")[0].strip().upper() in _INTEGER_TYPES
+            whole = all(t is not None and sqltypes.base_name(t) in sqltypes.EXACT_INTEGER_NAMES
                         for t in types)
         else:
             whole = stat.kind in ("count", "users", "distinct")

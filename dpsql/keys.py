@@ -30,18 +30,12 @@ import re
 
 from sqlglot import exp
 
+from dpsql.types import FRACTION_NAMES, SCALAR_KEY_NAMES, TEMPORAL_KEY_NAMES, base_name
+
 #: Key types (in DuckDB's words, as every backend's ``check`` reports them) released as
-#: plain Python values.
-SCALAR_KEY = ("TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT",
-              "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT", "FLOAT", "DOUBLE", "REAL",
-              "DECIMAL", "NUMERIC", "VARCHAR", "TEXT", "STRING", "CHAR", "BOOLEAN", "BOOL",
-              "DATE", "TIMESTAMP")
-#: Of those, the ones fetched as text.
-TEMPORAL_KEY = ("DATE", "TIMESTAMP")
-
-
-def _base(type_name: str) -> str:
-    return type_name.upper().strip().split("(")[0].strip()
+#: plain Python values, and of those the ones fetched as text (:mod:`dpsql.types`).
+SCALAR_KEY = SCALAR_KEY_NAMES
+TEMPORAL_KEY = TEMPORAL_KEY_NAMES
 
 
 def scalar_key_type(type_name: str) -> bool:
@@ -52,7 +46,7 @@ def scalar_key_type(type_name: str) -> bool:
     >>> scalar_key_type("INTERVAL"), scalar_key_type("TIMESTAMP WITH TIME ZONE")
     (False, False)
     """
-    return "[" not in type_name and _base(type_name) in SCALAR_KEY
+    return base_name(type_name) in SCALAR_KEY
 
 
 def temporal_key_type(type_name: str) -> bool:
@@ -61,7 +55,7 @@ def temporal_key_type(type_name: str) -> bool:
     >>> temporal_key_type("DATE"), temporal_key_type("TIMESTAMP"), temporal_key_type("INT")
     (True, True, False)
     """
-    return _base(type_name) in TEMPORAL_KEY
+    return base_name(type_name) in TEMPORAL_KEY
 
 
 def float_key_type(type_name: str) -> bool:
@@ -71,7 +65,7 @@ def float_key_type(type_name: str) -> bool:
     >>> float_key_type("DOUBLE"), float_key_type("DECIMAL(10,2)"), float_key_type("INT")
     (True, True, False)
     """
-    return _base(type_name) in ("DOUBLE", "FLOAT", "REAL", "DECIMAL", "NUMERIC")
+    return base_name(type_name) in FRACTION_NAMES
 
 
 def keys_as_text(expression: exp.Select, names: list[str]) -> exp.Select:

@@ -72,7 +72,10 @@ KEYWORDS = frozenset({
 #: Nodes whose date part sqlglot may write back as raw text, and the argument holding it.
 _PART_SLOTS = {exp.Extract: "this", exp.TimestampTrunc: "unit", exp.DateTrunc: "unit",
                exp.Interval: "unit"}
-#: Functions sqlglot does not model (kept as anonymous calls) that dpsql writes.
+#: Functions sqlglot does not model (kept as anonymous calls) that dpsql writes: the
+#: rewrite's ``hash`` and what every engine's dialect transforms write (each engine's
+#: :attr:`~dpsql.backends.base.Backend.functions`; ``tests/test_engine_registry.py``
+#: keeps the two equal). Any engine's SQL may use any of them.
 FUNCTIONS = frozenset({
     "hash", "dpsql_hash", "dpsql_fmod", "dpsql_utf8", "datediff", "is_valid_utf8",
     "hashtextextended", "xxhash64",

@@ -1,4 +1,4 @@
-"""Backends: the engines rewritten queries run on.
+"""Backends: the engines rewritten queries run on, chosen from a registry.
 
 ``open_backend`` picks one from what ``dpsql.connect`` was given:
 
@@ -9,23 +9,75 @@
 * a ``pyspark.sql.SparkSession`` (classic or Spark Connect) → Spark SQL;
 * a :class:`Backend` instance, used as is.
 
+Each engine is one specification in its own modules: its :class:`Backend` subclass,
+its allow-list of total operations and its dialect transforms (``<engine>.py``, and
+``<engine>_dialect.py`` / ``<engine>_total.py`` where they are long), and the two
+functions the registry calls: ``from_url(url, limits)`` for the URL schemes it serves
+and ``from_object(database, limits)`` (None: not this engine's) for the connection
+objects it takes. Adding an engine is those modules and one line of :data:`ENGINES`.
+
 ``limits`` (the catalog's :class:`~dpsql.limits.Limits`) gives the owner's statement
 timeout to the backends that can enforce one (PostgreSQL, SQLite).
 """
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from pathlib import Path
-
-import duckdb as _duckdb
 
 from dpsql.backends.base import Backend
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import BackendError
 from dpsql.limits import Limits
 
-_SUPPORTED = ("a DuckDB file path, ':memory:', a duckdb connection, a URL "
-              "(sqlite:///file.db, postgresql+psycopg://user@host/db) or a SparkSession")
+
+@dataclass(frozen=True)
+class Engine:
+    """One registry line: where an engine's module is and what it is chosen by.
+
+    Attributes:
+        module: the module with ``from_url``/``from_object`` (imported when first
+            needed, so that an engine's driver is loaded only for its own databases).
+        schemes: SQLAlchemy backend names of its URLs (``postgresql`` for
+            ``postgresql+psycopg://``); empty: no URLs.
+        url_prefix: how its URLs start, for the refusal of an unknown scheme.
+        url_example: a URL for the message listing what ``connect`` takes (None: its
+            URLs are not advertised there).
+        objects: what it takes besides URLs, for that message (None: URLs only); the
+            engines with objects are asked in this registry's order.
+        file_urls: its URLs name a database file, beside which the ledger lives.
+    """
+
+    module: str
+    schemes: tuple[str, ...] = ()
+    url_prefix: str | None = None
+    url_example: str | None = None
+    objects: str | None = None
+    file_urls: bool = False
+
+    def load(self):
+        return importlib.import_module(self.module)
+
+
+#: The engines dpsql runs on. Adding one is its module(s) and one line here.
+ENGINES = (
+    Engine("dpsql.backends.sqlite", ("sqlite",), "sqlite:///", "sqlite:///file.db",
+           file_urls=True),
+    Engine("dpsql.backends.postgres", ("postgresql",), "postgresql+psycopg://",
+           "postgresql+psycopg://user@host/db"),
+    Engine("dpsql.backends.duckdb", ("duckdb",), "duckdb:///",
+           objects="a DuckDB file path, ':memory:', a duckdb connection", file_urls=True),
+    Engine("dpsql.backends.spark", objects="a SparkSession"),
+)
+_BY_SCHEME = {scheme: engine for engine in ENGINES for scheme in engine.schemes}
+
+
+def _supported() -> str:
+    """What ``connect`` takes, in words, from the registry."""
+    objects = [e.objects for e in ENGINES if e.objects]
+    urls = ", ".join(e.url_example for e in ENGINES if e.url_example)
+    return f"{objects[0]}, a URL ({urls}) or {' or '.join(objects[1:])}"
 
 
 def _url_backend(url: str, limits: Limits | None = None) -> Backend:
@@ -34,24 +86,18 @@ def _url_backend(url: str, limits: Limits | None = None) -> Backend:
     try:
         parsed = sa.make_url(url)
     except sa.exc.ArgumentError:
-        raise BackendError(f"not a database URL: give {_SUPPORTED}") from None
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        from dpsql.backends.sqlite import SQLiteBackend
+        raise BackendError(f"not a database URL: give {_supported()}") from None
+    engine = _BY_SCHEME.get(parsed.get_backend_name())
+    if engine is None:
+        prefixes = ", ".join(e.url_prefix for e in ENGINES if e.url_prefix)
+        raise BackendError(f"database URL scheme {parsed.drivername!r} is not supported; "
+                           f"supported: {prefixes}")
+    return engine.load().from_url(parsed, limits)
 
-        return SQLiteBackend(parsed, limits)
-    if backend == "postgresql":
-        if parsed.get_driver_name() not in ("psycopg", "psycopg2", ""):
-            raise BackendError("PostgreSQL URLs use psycopg 3: postgresql+psycopg://...")
-        from dpsql.backends.postgres import PostgresBackend
 
-        if parsed.get_driver_name() != "psycopg":
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        return PostgresBackend(parsed, limits)
-    if backend == "duckdb":
-        return DuckDBBackend(parsed.database or ":memory:", limits)
-    raise BackendError(f"database URL scheme {parsed.drivername!r} is not supported; "
-                       "supported: sqlite:///, postgresql+psycopg://, duckdb:///")
+def _is_sqlalchemy_url(database) -> bool:
+    return type(database).__name__ == "URL" and type(database).__module__.startswith(
+        "sqlalchemy")
 
 
 def open_backend(database, limits: Limits | None = None) -> Backend:
@@ -60,15 +106,15 @@ def open_backend(database, limits: Limits | None = None) -> Backend:
         return database
     if isinstance(database, str) and "://" in database:
         return _url_backend(database, limits)
-    if isinstance(database, _duckdb.DuckDBPyConnection | str | Path):
-        return DuckDBBackend(database, limits)
-    if type(database).__name__ == "URL" and type(database).__module__.startswith("sqlalchemy"):
+    if _is_sqlalchemy_url(database):
         return _url_backend(database.render_as_string(hide_password=False), limits)
-    from dpsql.backends.spark import SparkBackend, is_spark_session
-
-    if is_spark_session(database):
-        return SparkBackend(database, limits)
-    raise BackendError(f"cannot use {type(database).__name__} as a database; give {_SUPPORTED}")
+    for engine in ENGINES:
+        if engine.objects:
+            backend = engine.load().from_object(database, limits)
+            if backend is not None:
+                return backend
+    raise BackendError(f"cannot use {type(database).__name__} as a database; "
+                       f"give {_supported()}")
 
 
 def ledger_home(database) -> Path | None:
@@ -84,7 +130,8 @@ def ledger_home(database) -> Path | None:
             url = sa.make_url(database)
         except sa.exc.ArgumentError:
             return None
-        if url.get_backend_name() in ("sqlite", "duckdb") and url.database \
+        engine = _BY_SCHEME.get(url.get_backend_name())
+        if engine is not None and engine.file_urls and url.database \
                 and url.database != ":memory:":
             return Path(url.database).expanduser()
         return None
@@ -93,4 +140,4 @@ def ledger_home(database) -> Path | None:
     return None
 
 
-__all__ = ["Backend", "DuckDBBackend", "ledger_home", "open_backend"]
+__all__ = ["ENGINES", "Backend", "DuckDBBackend", "Engine", "ledger_home", "open_backend"]

@@ -16,6 +16,7 @@ from sqlglot import exp
 from dpsql.backends import _boundary, dialects
 from dpsql.backends.base import Backend
 from dpsql.limits import Limits
+from dpsql.types import DUCKDB_TYPE
 
 
 class SQLAlchemyBackend(Backend):
@@ -96,7 +97,7 @@ class SQLAlchemyBackend(Backend):
         for item in expression.expressions:
             name = item.alias_or_name
             family = ctx.families.get(name.lower()) or ctx.family(item)
-            out.append((name, dialects.DUCKDB_TYPE.get(family, "VARCHAR")))
+            out.append((name, DUCKDB_TYPE.get(family, "VARCHAR")))
         return out
 
     def execute(self, expression: exp.Expression) -> tuple[list[str], list[tuple]]:

@@ -54,6 +54,9 @@ class Backend(ABC):
     #: Transforms applied before the guards are placed (with :attr:`allow`): those that
     #: only translate DuckDB's spellings, so that the engine can type the tree.
     pre_transforms: tuple = ()
+    #: Functions sqlglot does not model that :attr:`transforms` write (each must be on
+    #: :data:`dpsql.output_check.FUNCTIONS`, which every engine's SQL is checked against).
+    functions: frozenset[str] = frozenset()
     #: The last (rewritten AST, its SQL) that :meth:`to_sql` produced.
     _last_sql: tuple | None = None
     #: Tables the SQL may read (the catalog's; set by the connection), and names that
@@ -156,14 +159,14 @@ class Backend(ABC):
         return sql
 
     def engine_types(self, expression: exp.Expression):
-        """The engine's type of every node (:func:`dpsql.backends.total.expression_types`),
+        """The engine's type of every node (:mod:`dpsql.backends.probe_types`),
         or :class:`~dpsql.backends.total.Untyped` where the engine binds no types."""
-        from dpsql.backends import total
+        from dpsql.backends import probe_types, total
 
         if not self.reports_types:
             return total.Untyped()
-        return total.expression_types(expression, self.columns, self._probe_types,
-                                      self.dialect)
+        return probe_types.expression_types(expression, self.columns, self._probe_types,
+                                            self.dialect)
 
     def dialect_options(self) -> dict:
         """Facts about the connected engine the transforms need (e.g. its version)."""

@@ -300,7 +300,7 @@ class DuckDBBackend(Backend):
 
     def bind_types(self, sql: str) -> list[str]:
         """The output types of one SELECT, bound over no data (the totality check's
-        probes: :func:`dpsql.backends.total.expression_types`)."""
+        probes: :func:`dpsql.backends.probe_types.expression_types`)."""
         with self._lock:
             statements = self._con.extract_statements(sql)
             if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
@@ -491,3 +491,19 @@ TOTAL = total.AllowList("DuckDB", (
 
 
 DuckDBBackend.allow = TOTAL
+
+
+# -- how ``dpsql.connect`` reaches this engine (the registry: :mod:`dpsql.backends`) --------
+
+
+def from_url(url, limits: Limits | None = None) -> DuckDBBackend:
+    """``duckdb:///file.duckdb`` (no file: an in-memory database)."""
+    return DuckDBBackend(url.database or ":memory:", limits)
+
+
+def from_object(database, limits: Limits | None = None) -> DuckDBBackend | None:
+    """A DuckDB file path, ``":memory:"`` or a ``duckdb.DuckDBPyConnection``; None for
+    anything else."""
+    if isinstance(database, duckdb.DuckDBPyConnection | str | Path):
+        return DuckDBBackend(database, limits)
+    return None

@@ -38,9 +38,9 @@ no statement timeout. Engine error texts go to the owner's log only
 
 Values: dpsql's queries run in the UTC session time zone (timestamp parts, truncation
 and keys are UTC); every table is read with dates and timestamps outside years 1..9999
-as NULL, and casts to dates give NULL outside them (:func:`~dpsql.backends.dialects.
+as NULL, and casts to dates give NULL outside them (:func:`~dpsql.backends.spark_dialect.
 spark_typed_tables` says why); a difference of dates is a number of days, as in DuckDB;
-a text key that is not valid UTF-8 is NULL (:func:`~dpsql.backends.dialects.
+a text key that is not valid UTF-8 is NULL (:func:`~dpsql.backends.spark_dialect.
 spark_text_keys`). A view keeps the settings it
 was created with (ANSI mode on by default in Spark 4): a view whose own expressions can
 fail on some rows (a cast of text) fails dpsql's queries after the charge, so the owner
@@ -55,7 +55,7 @@ import threading
 
 from sqlglot import exp
 
-from dpsql.backends import _boundary, dialects, total
+from dpsql.backends import _boundary, spark_dialect, total
 from dpsql.backends.base import Backend
 from dpsql.errors import BackendError
 from dpsql.limits import Limits
@@ -149,8 +149,9 @@ class SparkBackend(Backend):
     supports_exact_integer_sums = False  # try_sum: NULL (read as 0) beyond 2^63
     supports_unique_constraints = False
     supports_materialized_ctes = False   # CTEs are inlined: one window, not three scans
-    transforms = dialects.SPARK
-    pre_transforms = dialects.SPARK_PRE
+    transforms = spark_dialect.SPARK
+    functions = spark_dialect.FUNCTIONS
+    pre_transforms = spark_dialect.SPARK_PRE
     allow = None  # set below, after the allow-list is defined
 
     def __init__(self, session, limits: Limits | None = None):
@@ -253,7 +254,7 @@ class SparkBackend(Backend):
 
     def bind_types(self, sql: str) -> list[str]:
         """The output types of one SELECT over no data (the totality check's probes,
-        :func:`dpsql.backends.total.expression_types`), as :func:`total_type` names.
+        :func:`dpsql.backends.probe_types.expression_types`), as :func:`total_type` names.
 
         Analysis only (``spark.sql(q).schema``: names and types, no job, no optimiser),
         under :data:`SAFE_CONF` (ANSI mode off types some operations differently), and
@@ -433,7 +434,7 @@ _E = total.Entry
 #: (``spark.sql.ansi.enabled = false``, :data:`SAFE_CONF`; pyspark 4). Each is exercised
 #: by the extreme-value fuzzer (``tests/privacy/totality.py``). Spark has no generic TRY:
 #: a guard placed by :func:`total.place_guards` becomes a Spark form on this list
-#: (:func:`dpsql.backends.dialects.spark_try`) or the query is refused before the charge.
+#: (:func:`dpsql.backends.spark_dialect.spark_try`) or the query is refused before the charge.
 TOTAL = total.AllowList("Spark SQL", (
     _E(total.COMPARISONS, _meet,
        "ANSI off: conversions between scalars give NULL, not errors; no DATE meets a "
@@ -498,3 +499,13 @@ TOTAL = total.AllowList("Spark SQL", (
 
 
 SparkBackend.allow = TOTAL
+
+
+# -- how ``dpsql.connect`` reaches this engine (the registry: :mod:`dpsql.backends`) --------
+
+
+def from_object(database, limits: Limits | None = None) -> SparkBackend | None:
+    """A ``pyspark.sql.SparkSession`` (classic or Spark Connect); None for anything else."""
+    if is_spark_session(database):
+        return SparkBackend(database, limits)
+    return None

@@ -16,7 +16,7 @@ progress handler interrupts a query that runs longer than the owner's
 
 SQLite has no hash function, so dpsql registers ``dpsql_hash(seed, uid, keys...)`` — a
 keyed BLAKE2b of the values — on its own connection for the L0 order; and no
-GREATEST/LEAST, TRY or exact wide sums: see :mod:`dpsql.backends.dialects`. SQLite is
+GREATEST/LEAST, TRY or exact wide sums: see :mod:`dpsql.backends.sqlite_dialect`. SQLite is
 dynamically typed: column types are read from the declared types (``INTEGER`` →
 BIGINT, ``REAL``/``DOUBLE`` → DOUBLE, ``TEXT`` → VARCHAR, ``DECIMAL(p,s)``, ``DATE``,
 ``TIMESTAMP``, ``BOOLEAN``); dates must be stored as ISO-8601 text.
@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 from sqlglot import exp
 
-from dpsql.backends import _boundary, dialects, total
+from dpsql.backends import _boundary, sqlite_dialect, total
 from dpsql.backends._sqlalchemy import SQLAlchemyBackend
 from dpsql.errors import BackendError, QueryCancelled
 from dpsql.limits import Limits
@@ -145,9 +145,9 @@ def _connect_read_only(path: Path, guard: _Guard) -> sqlite3.Connection:
     con = sqlite3.connect(uri, uri=True, check_same_thread=False)
     con.text_factory = decode_text
     con.set_progress_handler(guard.interrupt, _PROGRESS_STEPS)
-    con.create_function(dialects.SQLITE_HASH, -1, keyed_hash, deterministic=True)
-    con.create_function(dialects.SQLITE_FMOD, 2, fmod, deterministic=True)
-    con.create_function(dialects.SQLITE_UTF8, 1, utf8, deterministic=True)
+    con.create_function(sqlite_dialect.SQLITE_HASH, -1, keyed_hash, deterministic=True)
+    con.create_function(sqlite_dialect.SQLITE_FMOD, 2, fmod, deterministic=True)
+    con.create_function(sqlite_dialect.SQLITE_UTF8, 1, utf8, deterministic=True)
     con.execute("PRAGMA query_only = ON")
     con.execute("PRAGMA trusted_schema = OFF")
     con.execute("PRAGMA case_sensitive_like = ON")
@@ -182,7 +182,8 @@ class SQLiteBackend(SQLAlchemyBackend):
     supports_try = False
     supports_exact_integer_sums = False  # TOTAL: a float, exact below 2^53
     supports_unique_constraints = True
-    transforms = dialects.SQLITE
+    transforms = sqlite_dialect.SQLITE
+    functions = sqlite_dialect.FUNCTIONS
     _errors = SQLAlchemyBackend._errors + (sqlite3.Error,)
 
     def __init__(self, url: str | sa.URL, limits: Limits | None = None):
@@ -326,8 +327,9 @@ def _literal(text: str) -> str:
 # not listed is refused before the charge: SQLite has no guard (no TRY). Text that is not
 # UTF-8 never fails the fetch: dpsql's connection decodes with escapes (``decode_text``).
 
-_DPSQL_CASTS = {dialects.SQLITE_HASH.upper(): "BLOB", dialects.SQLITE_FMOD.upper(): "DOUBLE",
-                dialects.SQLITE_UTF8.upper(): "BLOB"}
+_DPSQL_CASTS = {sqlite_dialect.SQLITE_HASH.upper(): "BLOB",
+                sqlite_dialect.SQLITE_FMOD.upper(): "DOUBLE",
+                sqlite_dialect.SQLITE_UTF8.upper(): "BLOB"}
 
 
 def _cast_to(node: exp.Expression, kind: str) -> bool:
@@ -347,7 +349,7 @@ def _own_function(node: exp.Expression, types: total.Types) -> bool:
     kind = _DPSQL_CASTS.get(name)
     if kind is None:
         return False
-    if name == dialects.SQLITE_HASH.upper():
+    if name == sqlite_dialect.SQLITE_HASH.upper():
         return bool(args) and isinstance(args[0], exp.Literal) and all(
             _cast_to(a, kind) for a in args[1:])
     return all(_cast_to(a, kind) for a in args)
@@ -401,5 +403,13 @@ SQLiteBackend.allow = TOTAL
 #: All of SQLite's transforms run before the list is applied (nothing is typed: no probe
 #: needs DuckDB's spellings translated first). A ``TRY`` the rewrite wrote is dropped, and
 #: what it held is then checked against the list like anything else.
-SQLiteBackend.pre_transforms = dialects.SQLITE
+SQLiteBackend.pre_transforms = sqlite_dialect.SQLITE
 SQLiteBackend.transforms = ()
+
+
+# -- how ``dpsql.connect`` reaches this engine (the registry: :mod:`dpsql.backends`) --------
+
+
+def from_url(url: sa.URL, limits: Limits | None = None) -> SQLiteBackend:
+    """``sqlite:///file.db``, opened read-only."""
+    return SQLiteBackend(url, limits)

@@ -290,7 +290,7 @@ def test_smartnoise_spellings_are_answered(connect, sql):
 @pytest.mark.parametrize("family", ["DATE", "TIMESTAMP"])
 def test_sqlite_date_trunc_matches_duckdb(unit, family):
     """The SQLite form of ``date_trunc`` gives DuckDB's value, in its input's text form."""
-    from dpsql.backends import dialects
+    from dpsql.backends import dialects, sqlite_dialect
 
     values = ["2024-01-01", "2024-02-29", "2024-03-31", "2023-12-31", "2024-07-07",
               "2024-09-30", "2000-01-02", "1999-11-15"]
@@ -299,7 +299,7 @@ def test_sqlite_date_trunc_matches_duckdb(unit, family):
     tree = sqlglot.parse_one(f"SELECT DATE_TRUNC('{unit}', x) AS y FROM t", read="duckdb")
     ctx = dialects.Context({"x": dialects.DATE if family == "DATE" else dialects.TIMESTAMP},
                            "sqlite", {}, {}, {})
-    sql = dialects.sqlite_dates(tree, ctx).sql(dialect="sqlite")
+    sql = sqlite_dialect.sqlite_dates(tree, ctx).sql(dialect="sqlite")
     lite = sqlite3.connect(":memory:")
     lite.execute("CREATE TABLE t (x TEXT)")
     lite.executemany("INSERT INTO t VALUES (?)", [(v,) for v in values] + [("not a date",)])

@@ -23,7 +23,7 @@ import pytest
 from sqlglot import exp, parse_one
 
 import dpsql
-from dpsql.backends import dialects
+from dpsql.backends import sqlite_dialect
 from dpsql.backends.loaders import copy_tables
 from dpsql.rewrite import statistics_query
 from tests.support import BACKEND_MATRIX, HAVE_SPARK, NO_POSTGRES, PG_ADMIN_URL, PG_URL
@@ -481,13 +481,13 @@ def test_sqlite_invalid_utf8_key_is_returned(sec, database):
 
 
 def test_sqlite_long_text_reads_as_null(sec, database):
-    """Text past dialects.SQLITE_MAX_TEXT bytes reads as NULL, so that no expression of
+    """Text past sqlite_dialect.SQLITE_MAX_TEXT bytes reads as NULL, so that no expression of
     at most max_value_length growth reaches SQLite's 1e9-byte limit after the charge (a
     1,024-leaf `name || name` tree over one person's 1 MB name failed there)."""
     from dpsql.limits import Limits
 
-    assert Limits().max_value_length * dialects.SQLITE_MAX_TEXT * 6 < 10**9
-    long = "x" * (dialects.SQLITE_MAX_TEXT + 1)
+    assert Limits().max_value_length * sqlite_dialect.SQLITE_MAX_TEXT * 6 < 10**9
+    long = "x" * (sqlite_dialect.SQLITE_MAX_TEXT + 1)
     patch = f"UPDATE people SET name = '{long}' WHERE pid = {ATTACKER}"
     sql = "SELECT COUNT(*) FROM people WHERE name IS NULL"
     d, d2 = neighbours(sec, database, sql, _person(), kind="sqlite", patch=patch,

@@ -15,7 +15,7 @@ import sqlite3
 import pytest
 from sqlglot import exp
 
-from dpsql.backends import dialects
+from dpsql.backends import sqlite_dialect
 from dpsql.backends.sqlite import TOTAL, _connect_read_only, _Guard
 
 #: Values of every storage class at their extremes (``a``, ``b``, ``c`` range over them).
@@ -24,7 +24,7 @@ VALUES = ["NULL", "(-9223372036854775807 - 1)", "9223372036854775807", "0", "-1"
           "x''", "'2024-02-30'",
           "'-4713-11-24'", "CAST(x'ff61' AS TEXT)", "'%'", "'  1e999 '"]
 
-H, F, U = dialects.SQLITE_HASH, dialects.SQLITE_FMOD, dialects.SQLITE_UTF8
+H, F, U = sqlite_dialect.SQLITE_HASH, sqlite_dialect.SQLITE_FMOD, sqlite_dialect.SQLITE_UTF8
 #: One or more examples per operation class of the list.
 EXAMPLES = {
     exp.EQ: ["a = b"], exp.NEQ: ["a <> b"], exp.GT: ["a > b"], exp.GTE: ["a >= b"],
