@@ -57,3 +57,17 @@ def test_the_narrower_lists_keep_their_members():
     assert set(types.NUMBER_NAMES) == numbers
     assert temporal_key_type("DATE") and not temporal_key_type("DATE[]")
     assert float_key_type("NUMERIC(10,2)") and not float_key_type("BIGINT")
+
+
+def test_postgresql_arrays_are_not_read_as_scalars():
+    """``text[]`` was mapped to VARCHAR: an array column passed the schema check as a
+    string column (engine review). It stays an array, which no catalog type accepts."""
+    from dpsql.backends.postgres import duckdb_type
+
+    for pg in ("text[]", "character varying(3)[]", "timestamp without time zone[]",
+               "integer[]", "numeric(5,2)[]"):
+        name = duckdb_type(pg)
+        assert name.endswith("]")
+        assert not any(types.catalog_accepts(c, name)
+                       for c in ("string", "int", "float", "timestamp", "date", "boolean"))
+    assert duckdb_type("text") == "VARCHAR"

@@ -53,6 +53,8 @@ _OIDS = {16: "BOOLEAN", 20: "BIGINT", 21: "SMALLINT", 23: "INTEGER", 700: "FLOAT
 def duckdb_type(pg_type: str) -> str:
     """A PostgreSQL type as ``format_type`` writes it → the DuckDB type name."""
     t = pg_type.lower().strip()
+    if t.endswith("]"):  # an array (``text[]``) stays one: the schema check refuses it
+        return t.upper()
     if t.startswith("numeric"):
         return "DECIMAL" + t[len("numeric"):].replace(" ", "")
     if t.startswith(("character", "text", "name", '"char"', "citext")):
