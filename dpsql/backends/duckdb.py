@@ -49,6 +49,7 @@ import re
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import duckdb
 from sqlglot import exp
@@ -71,6 +72,8 @@ _START = {"python_enable_replacements": False, "autoinstall_known_extensions": F
 _SESSION = ("SET enable_progress_bar = false", "SET enable_progress_bar_print = false")
 #: Statements that lock dpsql's instance down, run last.
 _LOCK = ("SET enable_external_access = false", "SET lock_configuration = true")
+#: How many split statements a backend keeps (the plan cache keeps 256 plans).
+_STATEMENTS_KEPT = 256
 
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _RESERVED_ALIASES = {"memory", "system", "temp", "main"}
@@ -119,6 +122,9 @@ class DuckDBBackend(Backend):
         self._collations: dict[str, set[str]] = {}
         self._schema_version: str | None = None
         self._columns: dict[str, dict[str, str] | None] = {}
+        # SQL text -> its one SELECT statement as DuckDB's parser split it: a cached plan
+        # runs the same text again, and a statement binds afresh each time it runs
+        self._statements: dict[str, Any] = {}
 
     @staticmethod
     def _open_file(path: Path) -> duckdb.DuckDBPyConnection:
@@ -328,7 +334,12 @@ class DuckDBBackend(Backend):
     def execute(self, expression: exp.Expression) -> tuple[list[str], list[tuple]]:
         sql = self.to_sql(expression)
         with self._lock:
-            statement = self._one_select(sql, "execute")
+            statement = self._statements.get(sql)
+            if statement is None:
+                statement = self._one_select(sql, "execute")
+                if len(self._statements) >= _STATEMENTS_KEPT:
+                    self._statements.pop(next(iter(self._statements)))
+                self._statements[sql] = statement
             outcome, timed_out = self._run_watched(statement)
         if timed_out:
             raise _boundary.run_failed(
