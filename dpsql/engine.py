@@ -23,6 +23,7 @@ import math
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +181,30 @@ def default_ledger_path(database: Any) -> Path:
                 "place for its default ledger (each name would get a fresh budget): pass "
                 "ledger=PATH, or have the owner pin it (see dpsql.ledger)")
     return path.with_name(path.name + ".ledger.sqlite")
+
+
+@dataclass
+class _Ask:
+    """One asking of :meth:`Connection.execute`, as it is read: the text the ledger
+    keeps, the SQL with its parameters bound, its options and arguments, and the
+    caches' keys."""
+
+    text: str
+    epsilon: Any = None
+    delta: Any = None
+    max_groups: Any = None
+    max_rows: Any = None
+    mechanism: str | None = None
+    sql: Any = None
+    options: dict = field(default_factory=dict)
+    alpha: float = 0.05
+    intervals: bool = False
+    bias_check: bool = False
+    rest: list = field(default_factory=list)
+    keyed: str | None = None
+    version: Any = None
+    answer_key: str | None = None
+    core_key: str | None = None
 
 
 class Connection:
@@ -347,127 +372,119 @@ class Connection:
         if self._backend is None:
             raise DpsqlError("connection is closed")
         stages.start()
-        text = sql if isinstance(sql, str) else repr(sql)
-        answer_key = core_key = None
+        ask = _Ask(text=sql if isinstance(sql, str) else repr(sql), epsilon=epsilon,
+                   delta=delta, max_groups=max_groups, max_rows=max_rows,
+                   mechanism=mechanism)
         try:
-            refuse_number(params, "execute")
-            alpha = self._check_alpha(alpha)
-            sql, options = _lift_and_bind(sql, params, self._catalog.limits)
-            if params is not None:
-                text = sql  # the ledger keeps what ran: the SQL with its literals
-            intervals = options.get("intervals", intervals)
-            bias_check = _switch(options.get("bias_check", bias_check), "bias_check")
-            intervals = _switch(self._intervals if intervals is None else intervals,
-                                "intervals")
-            # the caches' key: the text with its parameters bound as literals, the
-            # options it carried and every argument, each typed (1, 1.0 and True apart)
-            # (None: not cached; a query that reads the clock means another query tomorrow)
-            rest = [repr(sorted((k, typed(v)) for k, v in options.items())),
-                    repr(typed(bias_check))]
-            keyed = None if not isinstance(sql, str) or _CLOCK.search(sql) else "\x00".join(
-                [sql, *rest])
-            version = self._schema_version()
-            if self._answers is not None:
-                def answer_key_of(text: str | None) -> str | None:
-                    return self._answers.key(
-                        self._dataset, self._analyst, self._catalog_fp, version,
-                        text and "\x00".join([text, *rest, repr(typed(intervals))]),
-                        epsilon, delta, max_groups, max_rows, mechanism or self._mechanism,
-                        alpha)
-
-                answer_key = answer_key_of(keyed and sql)
-                cached = self._answers.get(answer_key, self._dataset, self._analyst)
-                if cached is None and keyed is not None:
-                    cached, core_key = self._derived(sql, answer_key_of)
-                if cached is not None:  # released before: post-processing, free
-                    stages.mark("options")
-                    return cached
-            key = plan_key(keyed, epsilon, delta, max_groups, max_rows,
-                           mechanism or self._mechanism, self._catalog_fp, version)
-            prepared = self._plans.get(key)
-            if prepared is None:
-                probe = self._schema_probe(sql, text, alpha)
-                if probe is not None:
-                    return probe
-                epsilon, delta, max_groups, max_rows = _options(
-                    options, epsilon, delta, max_groups, max_rows)
-                stages.mark("options")
-                plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups,
-                                                          max_rows, mechanism, bias_check)
-                # a query that cannot fit is refused before the engine binds it (fast);
-                # the charge below still decides atomically
-                reason = self.budget.refusal(plan.charge)
-                if reason is not None:
-                    raise BudgetExhaustedError(reason)
-                stages.mark("ledger")
-                # from the rewritten query as built (before _check reads temporal keys as
-                # text): its __per_user CTE is the table the statistics read
-                measure = bias_query(plan, expression)
-                expression, read = self._check(plan, expression, backend)
-                if measure is not None:
-                    backend.check(measure)  # binds it, reads nothing
-                prepared = Prepared(plan, expression, read, backend.to_sql(expression),
-                                    measure)
-                self._plans.put(key, prepared)
-                stages.mark("to_sql")
-            else:  # checked before: only charge, run, add noise, post-process
-                stages.mark("options")
-            plan, expression, read = prepared.plan, prepared.expression, prepared.read
-            measure = prepared.measure
-            backend = self._backend
+            self._read(ask, sql, params, alpha, intervals, bias_check)
+            found = self._cached(ask) or self._prepared(ask)
+            if isinstance(found, Result):  # a cached answer, or a client's schema probe
+                return found
         except DpsqlError as exc:
-            self._ledger.refuse(self._dataset, self._analyst, text,
+            self._ledger.refuse(self._dataset, self._analyst, ask.text,
                                 f"{type(exc).__name__}: {exc}")
             raise
         except Exception as exc:  # noqa: BLE001 - dpsql's own bug, found before the charge
             if _interrupted(exc):  # Ctrl-C reached the engine while it planned
                 raise QueryCancelled(charged=False) from None
             err = _internal(exc, "analysing")
-            self._ledger.refuse(self._dataset, self._analyst, text,
+            self._ledger.refuse(self._dataset, self._analyst, ask.text,
                                 f"{type(err).__name__}: {err}")
             raise err from None
         except KeyboardInterrupt:  # Ctrl-C before the charge: nothing was spent
             raise QueryCancelled(charged=False) from None
         try:
-            charge = self._ledger.charge(self._dataset, self._analyst, plan.charge, text,
-                                         self._cap)
+            charge = self._ledger.charge(self._dataset, self._analyst, found.plan.charge,
+                                         ask.text, self._cap)
         except KeyboardInterrupt:  # Ctrl-C in the charge: it may have committed
             raise QueryCancelled("query cancelled while it was being charged; the charge "
                                  "may have been recorded (see dpsql budget log)") from None
         stages.mark("ledger")
+        result = self._answer_charged(charge, found, ask)
+        self._settle(charge, ask, result)
+        return result
+
+    def _read(self, ask: _Ask, sql, params, alpha, intervals, bias_check) -> None:
+        """Reads the query's text, parameters and options into ``ask`` (nothing parsed
+        unless it has parameters), and the caches' key text."""
+        refuse_number(params, "execute")
+        ask.alpha = self._check_alpha(alpha)
+        ask.sql, ask.options = _lift_and_bind(sql, params, self._catalog.limits)
+        if params is not None:
+            ask.text = ask.sql  # the ledger keeps what ran: the SQL with its literals
+        intervals = ask.options.get("intervals", intervals)
+        ask.bias_check = _switch(ask.options.get("bias_check", bias_check), "bias_check")
+        ask.intervals = _switch(self._intervals if intervals is None else intervals,
+                                "intervals")
+        # the caches' key: the text with its parameters bound as literals, the options
+        # it carried and every argument, each typed (1, 1.0 and True apart) (None: not
+        # cached; a query that reads the clock means another query tomorrow)
+        ask.rest = [repr(sorted((k, typed(v)) for k, v in ask.options.items())),
+                    repr(typed(ask.bias_check))]
+        ask.keyed = None if not isinstance(ask.sql, str) or _CLOCK.search(ask.sql) \
+            else "\x00".join([ask.sql, *ask.rest])
+        ask.version = self._schema_version()
+
+    def _answer_key(self, ask: _Ask, text: str | None) -> str | None:
+        """The answer cache's key of ``text`` asked with ``ask``'s options and arguments."""
+        return self._answers.key(
+            self._dataset, self._analyst, self._catalog_fp, ask.version,
+            text and "\x00".join([text, *ask.rest, repr(typed(ask.intervals))]),
+            ask.epsilon, ask.delta, ask.max_groups, ask.max_rows,
+            ask.mechanism or self._mechanism, ask.alpha)
+
+    def _cached(self, ask: _Ask) -> Result | None:
+        """The answer released before (or derived from one), free; None: a miss, and
+        ``ask`` learns the keys its answer will be stored under."""
+        if self._answers is None:
+            return None
+        ask.answer_key = self._answer_key(ask, ask.keyed and ask.sql)
+        cached = self._answers.get(ask.answer_key, self._dataset, self._analyst)
+        if cached is None and ask.keyed is not None:
+            cached, ask.core_key = self._derived(ask)
+        if cached is not None:  # released before: post-processing, free
+            stages.mark("options")
+        return cached
+
+    def _prepared(self, ask: _Ask) -> Prepared | Result:
+        """The checked plan of the query: from the plan cache, or analysed, rewritten,
+        checked and cached now (a client's schema probe is answered instead)."""
+        key = plan_key(ask.keyed, ask.epsilon, ask.delta, ask.max_groups, ask.max_rows,
+                       ask.mechanism or self._mechanism, self._catalog_fp, ask.version)
+        prepared = self._plans.get(key)
+        if prepared is not None:  # checked before: only charge, run, add noise
+            stages.mark("options")
+            return prepared
+        probe = self._schema_probe(ask.sql, ask.text, ask.alpha)
+        if probe is not None:
+            return probe
+        epsilon, delta, max_groups, max_rows = _options(
+            ask.options, ask.epsilon, ask.delta, ask.max_groups, ask.max_rows)
+        stages.mark("options")
+        plan, expression, backend = self._prepare(ask.sql, epsilon, delta, max_groups,
+                                                  max_rows, ask.mechanism, ask.bias_check)
+        # a query that cannot fit is refused before the engine binds it (fast); the
+        # charge still decides atomically
+        reason = self.budget.refusal(plan.charge)
+        if reason is not None:
+            raise BudgetExhaustedError(reason)
+        stages.mark("ledger")
+        # from the rewritten query as built (before _check reads temporal keys as
+        # text): its __per_user CTE is the table the statistics read
+        measure = bias_query(plan, expression)
+        expression, read = self._check(plan, expression, backend)
+        if measure is not None:
+            backend.check(measure)  # binds it, reads nothing
+        prepared = Prepared(plan, expression, read, backend.to_sql(expression), measure)
+        self._plans.put(key, prepared)
+        stages.mark("to_sql")
+        return prepared
+
+    def _answer_charged(self, charge, prepared: Prepared, ask: _Ask) -> Result:
+        """Runs, adds noise and post-processes a charged query; every failure is
+        recorded as the charge's outcome and keeps the charge."""
         try:
-            if plan.stats or plan.selection is not None:
-                columns, rows = backend.execute(expression)
-                stages.mark("backend")
-                rows = read(rows)
-            else:  # only public keys are released: no data needed
-                columns, rows = [k.name for k in plan.keys], []
-            noisy = add_noise(plan, columns, rows)
-            answer = postprocess(plan, noisy, alpha)
-            notes = tuple(plan.notes) + _asymmetry_notes(answer)
-            if plan.selection is not None:
-                # the number of released keys only: those below the threshold stay unsaid
-                notes = (selection_note(plan, len(noisy.keys), alpha), *notes)
-            measured = None
-            if plan.bias is not None:
-                bias_columns, bias_rows = (backend.execute(measure) if measure is not None
-                                           else (None, None))
-                measured = release_bias(plan, bias_columns, bias_rows, alpha)
-                notes = (*notes, bias_note(plan, measured, alpha))
-            result = Result(
-                columns=answer.columns,
-                rows=answer.rows,
-                accuracy=answer.accuracy,
-                cost=plan.cost,
-                sql=prepared.sql,
-                alpha=alpha,
-                split=_split(plan, alpha),
-                notes=notes,
-                intervals=answer.intervals,
-                noisy=answer.noisy,
-                interval_columns=intervals,
-                bias=measured,
-            )
+            return self._answer(prepared, ask.alpha, ask.intervals)
         except QueryCancelled:
             self._ledger.finish(charge, "cancelled")
             raise
@@ -485,9 +502,38 @@ class Connection:
         except BaseException:
             self._ledger.finish(charge, "failed", "interrupted")
             raise
-        # the released answer goes into the answer cache in the outcome's transaction
+
+    def _answer(self, prepared: Prepared, alpha: float, intervals: bool) -> Result:
+        """The released answer of a charged query (run, noise, post-processing)."""
+        plan, backend = prepared.plan, self._backend
+        if plan.stats or plan.selection is not None:
+            columns, rows = backend.execute(prepared.expression)
+            stages.mark("backend")
+            rows = prepared.read(rows)
+        else:  # only public keys are released: no data needed
+            columns, rows = [k.name for k in plan.keys], []
+        noisy = add_noise(plan, columns, rows)
+        answer = postprocess(plan, noisy, alpha)
+        notes = tuple(plan.notes) + _asymmetry_notes(answer)
+        if plan.selection is not None:
+            # the number of released keys only: those below the threshold stay unsaid
+            notes = (selection_note(plan, len(noisy.keys), alpha), *notes)
+        measured = None
+        if plan.bias is not None:
+            bias_columns, bias_rows = (backend.execute(prepared.measure)
+                                       if prepared.measure is not None else (None, None))
+            measured = release_bias(plan, bias_columns, bias_rows, alpha)
+            notes = (*notes, bias_note(plan, measured, alpha))
+        return Result(columns=answer.columns, rows=answer.rows, accuracy=answer.accuracy,
+                      cost=plan.cost, sql=prepared.sql, alpha=alpha,
+                      split=_split(plan, alpha), notes=notes, intervals=answer.intervals,
+                      noisy=answer.noisy, interval_columns=intervals, bias=measured)
+
+    def _settle(self, charge, ask: _Ask, result: Result) -> None:
+        """Records the charge's outcome ``answered``, with the answer cache's entries in
+        the same transaction."""
         store = None if self._answers is None else self._answers.storer(
-            answer_key, self._dataset, self._analyst, result, also_as=core_key)
+            ask.answer_key, self._dataset, self._analyst, result, also_as=ask.core_key)
         stages.mark("noise")
         try:
             if store is None:
@@ -497,19 +543,14 @@ class Connection:
         except KeyboardInterrupt:  # Ctrl-C after the answer: the charge is kept
             raise QueryCancelled() from None
         stages.mark("ledger")
-        return result
 
-    def _derived(self, sql: str, key_of) -> tuple[Result | None, str | None]:
+    def _derived(self, ask: _Ask) -> tuple[Result | None, str | None]:
         """The answer derived from a cached one (:mod:`dpsql.answer_derive`), or None;
-        and the key this query's answer is also stored under (its core's), or None.
-
-        ``key_of(text)`` is the answer cache's key of a query text with this query's
-        options and arguments.
-        """
-        derivation = split(sql)
+        and the key this query's answer is also stored under (its core's), or None."""
+        derivation = split(ask.sql)
         if derivation is None:
             return None, None
-        core_key = key_of("core:" + derivation.core)
+        core_key = self._answer_key(ask, "core:" + derivation.core)
         core_key = core_key and CORE_PREFIX + core_key
         if derivation.post:
             base = self._answers.get(core_key, self._dataset, self._analyst)
