@@ -21,9 +21,7 @@ import getpass
 import logging
 import math
 import os
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,24 +30,29 @@ import duckdb
 from dpsql import stages
 from dpsql import types as sqltypes
 from dpsql.accounting import Cost
-from dpsql.accuracy import predict_outputs, selection_note, selection_summary, statistic_feeds
+from dpsql.accuracy import predict_outputs, selection_note, selection_summary
 from dpsql.analyze import Plan, analyze
 from dpsql.answer_cache import CORE_PREFIX, AnswerCache
 from dpsql.answer_derive import derive, split
+from dpsql.answering import (
+    asymmetry_notes,
+    bias_cost_notes,
+    internal_error,
+    interrupted,
+    split_table,
+    statistic_types,
+)
+from dpsql.asking import CLOCK, Ask, lift_and_bind, query_options, switch
 from dpsql.backends import Backend, open_backend
 from dpsql.bias import bias_note, bias_query
 from dpsql.bias import release as release_bias
-from dpsql.bigquery_options import lift_dp_options
 from dpsql.catalog import Catalog, Table, load_catalog
 from dpsql.errors import (
-    AnalysisError,
     BackendError,
     BudgetExhaustedError,
     CatalogError,
     DpsqlError,
     LedgerError,
-    ParameterError,
-    PostprocessError,
     PrivacyParameterError,
     QueryCancelled,
     UnknownTableError,
@@ -65,7 +68,7 @@ from dpsql.keys import (
 from dpsql.ledger import ALL, BudgetView, Ledger
 from dpsql.noise import add_noise
 from dpsql.normalize import normalize
-from dpsql.params import bind_parameters, refuse_number
+from dpsql.params import refuse_number
 from dpsql.parse import parse
 from dpsql.plan_cache import (
     CAPACITY,
@@ -181,30 +184,6 @@ def default_ledger_path(database: Any) -> Path:
                 "place for its default ledger (each name would get a fresh budget): pass "
                 "ledger=PATH, or have the owner pin it (see dpsql.ledger)")
     return path.with_name(path.name + ".ledger.sqlite")
-
-
-@dataclass
-class _Ask:
-    """One asking of :meth:`Connection.execute`, as it is read: the text the ledger
-    keeps, the SQL with its parameters bound, its options and arguments, and the
-    caches' keys."""
-
-    text: str
-    epsilon: Any = None
-    delta: Any = None
-    max_groups: Any = None
-    max_rows: Any = None
-    mechanism: str | None = None
-    sql: Any = None
-    options: dict = field(default_factory=dict)
-    alpha: float = 0.05
-    intervals: bool = False
-    bias_check: bool = False
-    rest: list = field(default_factory=list)
-    keyed: str | None = None
-    version: Any = None
-    answer_key: str | None = None
-    core_key: str | None = None
 
 
 class Connection:
@@ -372,7 +351,7 @@ class Connection:
         if self._backend is None:
             raise DpsqlError("connection is closed")
         stages.start()
-        ask = _Ask(text=sql if isinstance(sql, str) else repr(sql), epsilon=epsilon,
+        ask = Ask(text=sql if isinstance(sql, str) else repr(sql), epsilon=epsilon,
                    delta=delta, max_groups=max_groups, max_rows=max_rows,
                    mechanism=mechanism)
         try:
@@ -385,9 +364,9 @@ class Connection:
                                 f"{type(exc).__name__}: {exc}")
             raise
         except Exception as exc:  # noqa: BLE001 - dpsql's own bug, found before the charge
-            if _interrupted(exc):  # Ctrl-C reached the engine while it planned
+            if interrupted(exc):  # Ctrl-C reached the engine while it planned
                 raise QueryCancelled(charged=False) from None
-            err = _internal(exc, "analysing")
+            err = internal_error(exc, "analysing")
             self._ledger.refuse(self._dataset, self._analyst, ask.text,
                                 f"{type(err).__name__}: {err}")
             raise err from None
@@ -404,28 +383,28 @@ class Connection:
         self._settle(charge, ask, result)
         return result
 
-    def _read(self, ask: _Ask, sql, params, alpha, intervals, bias_check) -> None:
+    def _read(self, ask: Ask, sql, params, alpha, intervals, bias_check) -> None:
         """Reads the query's text, parameters and options into ``ask`` (nothing parsed
         unless it has parameters), and the caches' key text."""
         refuse_number(params, "execute")
         ask.alpha = self._check_alpha(alpha)
-        ask.sql, ask.options = _lift_and_bind(sql, params, self._catalog.limits)
+        ask.sql, ask.options = lift_and_bind(sql, params, self._catalog.limits)
         if params is not None:
             ask.text = ask.sql  # the ledger keeps what ran: the SQL with its literals
         intervals = ask.options.get("intervals", intervals)
-        ask.bias_check = _switch(ask.options.get("bias_check", bias_check), "bias_check")
-        ask.intervals = _switch(self._intervals if intervals is None else intervals,
+        ask.bias_check = switch(ask.options.get("bias_check", bias_check), "bias_check")
+        ask.intervals = switch(self._intervals if intervals is None else intervals,
                                 "intervals")
         # the caches' key: the text with its parameters bound as literals, the options
         # it carried and every argument, each typed (1, 1.0 and True apart) (None: not
         # cached; a query that reads the clock means another query tomorrow)
         ask.rest = [repr(sorted((k, typed(v)) for k, v in ask.options.items())),
                     repr(typed(ask.bias_check))]
-        ask.keyed = None if not isinstance(ask.sql, str) or _CLOCK.search(ask.sql) \
+        ask.keyed = None if not isinstance(ask.sql, str) or CLOCK.search(ask.sql) \
             else "\x00".join([ask.sql, *ask.rest])
         ask.version = self._schema_version()
 
-    def _answer_key(self, ask: _Ask, text: str | None) -> str | None:
+    def _answer_key(self, ask: Ask, text: str | None) -> str | None:
         """The answer cache's key of ``text`` asked with ``ask``'s options and arguments."""
         return self._answers.key(
             self._dataset, self._analyst, self._catalog_fp, ask.version,
@@ -433,7 +412,7 @@ class Connection:
             ask.epsilon, ask.delta, ask.max_groups, ask.max_rows,
             ask.mechanism or self._mechanism, ask.alpha)
 
-    def _cached(self, ask: _Ask) -> Result | None:
+    def _cached(self, ask: Ask) -> Result | None:
         """The answer released before (or derived from one), free; None: a miss, and
         ``ask`` learns the keys its answer will be stored under."""
         if self._answers is None:
@@ -446,7 +425,7 @@ class Connection:
             stages.mark("options")
         return cached
 
-    def _prepared(self, ask: _Ask) -> Prepared | Result:
+    def _prepared(self, ask: Ask) -> Prepared | Result:
         """The checked plan of the query: from the plan cache, or analysed, rewritten,
         checked and cached now (a client's schema probe is answered instead)."""
         key = plan_key(ask.keyed, ask.epsilon, ask.delta, ask.max_groups, ask.max_rows,
@@ -458,7 +437,7 @@ class Connection:
         probe = self._schema_probe(ask.sql, ask.text, ask.alpha)
         if probe is not None:
             return probe
-        epsilon, delta, max_groups, max_rows = _options(
+        epsilon, delta, max_groups, max_rows = query_options(
             ask.options, ask.epsilon, ask.delta, ask.max_groups, ask.max_rows)
         stages.mark("options")
         plan, expression, backend = self._prepare(ask.sql, epsilon, delta, max_groups,
@@ -480,7 +459,7 @@ class Connection:
         stages.mark("to_sql")
         return prepared
 
-    def _answer_charged(self, charge, prepared: Prepared, ask: _Ask) -> Result:
+    def _answer_charged(self, charge, prepared: Prepared, ask: Ask) -> Result:
         """Runs, adds noise and post-processes a charged query; every failure is
         recorded as the charge's outcome and keeps the charge."""
         try:
@@ -494,7 +473,7 @@ class Connection:
             raise
         except Exception as exc:  # noqa: BLE001 - may depend on the data: no text of it
             self._ledger.finish(charge, "failed", "internal")
-            err = _internal(exc, "answering", charged=True)
+            err = internal_error(exc, "answering", charged=True)
             raise err from None
         except KeyboardInterrupt:  # Ctrl-C after the charge: cancelled, charge kept
             self._ledger.finish(charge, "cancelled")
@@ -514,7 +493,7 @@ class Connection:
             columns, rows = [k.name for k in plan.keys], []
         noisy = add_noise(plan, columns, rows)
         answer = postprocess(plan, noisy, alpha)
-        notes = tuple(plan.notes) + _asymmetry_notes(answer)
+        notes = tuple(plan.notes) + asymmetry_notes(answer)
         if plan.selection is not None:
             # the number of released keys only: those below the threshold stay unsaid
             notes = (selection_note(plan, len(noisy.keys), alpha), *notes)
@@ -526,10 +505,10 @@ class Connection:
             notes = (*notes, bias_note(plan, measured, alpha))
         return Result(columns=answer.columns, rows=answer.rows, accuracy=answer.accuracy,
                       cost=plan.cost, sql=prepared.sql, alpha=alpha,
-                      split=_split(plan, alpha), notes=notes, intervals=answer.intervals,
+                      split=split_table(plan, alpha), notes=notes, intervals=answer.intervals,
                       noisy=answer.noisy, interval_columns=intervals, bias=measured)
 
-    def _settle(self, charge, ask: _Ask, result: Result) -> None:
+    def _settle(self, charge, ask: Ask, result: Result) -> None:
         """Records the charge's outcome ``answered``, with the answer cache's entries in
         the same transaction."""
         store = None if self._answers is None else self._answers.storer(
@@ -544,7 +523,7 @@ class Connection:
             raise QueryCancelled() from None
         stages.mark("ledger")
 
-    def _derived(self, ask: _Ask) -> tuple[Result | None, str | None]:
+    def _derived(self, ask: Ask) -> tuple[Result | None, str | None]:
         """The answer derived from a cached one (:mod:`dpsql.answer_derive`), or None;
         and the key this query's answer is also stored under (its core's), or None."""
         derivation = split(ask.sql)
@@ -590,20 +569,20 @@ class Connection:
         try:
             refuse_number(params, "explain")
             alpha = self._check_alpha(alpha)
-            sql, options = _lift_and_bind(sql, params, self._catalog.limits)
-            epsilon, delta, max_groups, max_rows = _options(
+            sql, options = lift_and_bind(sql, params, self._catalog.limits)
+            epsilon, delta, max_groups, max_rows = query_options(
                 options, epsilon, delta, max_groups, max_rows)
-            bias_check = _switch(options.get("bias_check", bias_check), "bias_check")
+            bias_check = switch(options.get("bias_check", bias_check), "bias_check")
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups,
                                                       max_rows, mechanism, bias_check)
             sql_text = backend.to_sql(expression)
-            statistics = _split(plan, alpha)
+            statistics = split_table(plan, alpha)
             selection = selection_summary(plan, alpha)
             outputs = predict_outputs(plan, alpha)
         except DpsqlError:
             raise
         except Exception as exc:  # noqa: BLE001 - dpsql's own bug; spends nothing
-            raise _internal(exc, "analysing") from None
+            raise internal_error(exc, "analysing") from None
         return Explanation(
             sql=sql_text,
             statistics=statistics,
@@ -615,7 +594,7 @@ class Connection:
             mechanism=plan.mechanism,
             rho=plan.rho,
             outputs=outputs,
-            notes=tuple(plan.notes) + _bias_cost_notes(plan),
+            notes=tuple(plan.notes) + bias_cost_notes(plan),
         )
 
     def epsilon_for(
@@ -649,8 +628,8 @@ class Connection:
                 not half_width > 0:
             raise PrivacyParameterError(f"half_width must be positive, got {half_width!r}")
         alpha = self._check_alpha(alpha)
-        sql, options = _lift_and_bind(sql, params, self._catalog.limits)
-        _, delta, max_groups, max_rows = _options(options, 1.0, delta, max_groups, max_rows)
+        sql, options = lift_and_bind(sql, params, self._catalog.limits)
+        _, delta, max_groups, max_rows = query_options(options, 1.0, delta, max_groups, max_rows)
 
         def worst(eps: float) -> float:
             try:
@@ -658,7 +637,7 @@ class Connection:
             except DpsqlError:
                 raise
             except Exception as exc:  # noqa: BLE001 - dpsql's own bug; spends nothing
-                raise _internal(exc, "analysing") from None
+                raise internal_error(exc, "analysing") from None
             names = [s.name for s in plan.stats]
             if column is not None:
                 out = [o for o in plan.outputs if o.name == column]
@@ -855,47 +834,6 @@ class Connection:
         self._schemas_ok.add(table.name)
 
 
-def statistic_types(plan: Plan, schema: dict[str, str], reports_types: bool = True) -> None:
-    """Decides, before the charge, from the SQL types the backend bound, how each
-    statistic is read back: discrete noise only for a statistic whose column the engine
-    types as an integer (a count on every engine); any other becomes real-valued (grid
-    noise, the same ε), so that nothing after the charge tests a value for wholeness.
-
-    A statistic's value analysis (``Statistic.integer``) can say "whole" where the
-    engine computes a fraction (``SUM(CAST(age AS DOUBLE) // 2)`` is 20.5 for age 41):
-    the engine's type decides. On SQLite, which reports no types, only counts are
-    integers (COUNT returns an INTEGER there by definition).
-
-    Raises:
-        UnsupportedQueryError: (not charged) a statistic of a type that is not a number.
-    """
-    from dpsql.mechanisms.gaussian import gaussian
-    from dpsql.mechanisms.laplace import laplace
-
-    for stat in plan.stats:
-        types = [schema.get(c) for c in stat.columns]
-        for column, t in zip(stat.columns, types, strict=True):
-            if t is not None and not sqltypes.parse(t).array \
-                    and sqltypes.parse(t).base not in sqltypes.NUMBER_NAMES:
-                raise UnsupportedQueryError(
-                    f"statistic {column} has type {t[:40]}; dpsql adds noise to numbers only")
-        if not stat.integer:
-            continue
-        if reports_types:
-            whole = all(t is not None and sqltypes.base_name(t) in sqltypes.EXACT_INTEGER_NAMES
-                        for t in types)
-        else:
-            whole = stat.kind in ("count", "users", "distinct")
-        if whole or stat.mechanism is None or type(stat.mechanism).__name__ == "Constant":
-            continue
-        stat.integer = False
-        if stat.rho is not None:
-            stat.mechanism = gaussian(stat.linf, plan.max_groups, stat.rho, False, stat.width)
-        elif stat.epsilon is not None and stat.name != "__users":
-            stat.mechanism = laplace(stat.linf, plan.max_groups, stat.epsilon, False,
-                                     stat.width)
-
-
 def _check_database_file(database: Any) -> None:
     """Refuses a DuckDB or SQLite file that does not exist, before any ledger is created.
 
@@ -917,176 +855,11 @@ def _check_database_file(database: Any) -> None:
                            "database first (e.g. dpsql.datasets.load_pums(path))")
 
 
-def _lift_and_bind(sql, params, limits) -> tuple[Any, dict]:
-    """Lifts a BigQuery ``WITH DIFFERENTIAL_PRIVACY OPTIONS`` clause, then binds ``?``.
-
-    The clause comes off first (sqlglot does not parse it), then the parameters are
-    bound into the rest (:func:`dpsql.params.bind_parameters`), as the DB-API does.
-    Without parameters and without a ``?`` in the text, nothing is parsed here.
-
-    Returns:
-        The SQL to answer and the options the clause set.
-    """
-    if not isinstance(sql, str):
-        if params is not None:
-            raise ParameterError("parameters need the SQL as a string")
-        return sql, {}
-    sql, options = lift_dp_options(sql, limits)
-    if params is not None or "?" in sql:
-        sql = bind_parameters(sql, params)
-    return sql, options
-
-
-#: Names of the clock (``CURRENT_DATE``, ``NOW()``, ...): a query that reads it is not
-#: cached, since :mod:`dpsql.client_sql` writes the time it was asked as a literal. Any
-#: mention counts (in a string or a name too): caching less is always sound.
-_CLOCK = re.compile(r"current_|now|today|getdate|sysdate|localtime", re.IGNORECASE)
-
-
-def _options(options, epsilon, delta, max_groups, max_rows):
-    """The query's own ``OPTIONS`` clause (``options``) over the keyword arguments."""
-    epsilon = options.get("epsilon", epsilon)
-    delta = options.get("delta", delta)
-    max_groups = options.get("max_groups", max_groups)
-    max_rows = options.get("max_rows", max_rows)
-    if epsilon is None:
-        raise PrivacyParameterError(
-            "no epsilon: pass epsilon=... or write SELECT WITH DIFFERENTIAL_PRIVACY "
-            "OPTIONS (epsilon = ...)")
-    return epsilon, 0.0 if delta is None else delta, max_groups, max_rows
-
-
-def _switch(value, name: str) -> bool:
-    """A yes/no parameter: None is no; anything but a bool is refused (before the charge)."""
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise PrivacyParameterError(f"{name} must be True or False, got {type(value).__name__}")
-    return value
-
-
-def _asymmetry_notes(answer) -> tuple[str, ...]:
-    """A note per column whose interval is not ``value ± half-width`` in some row.
-
-    Reads the released values and their intervals only (post-processing). Public
-    bounds cut an interval (a count near 0, a sum of a column bounded at 0), interval
-    arithmetic makes an AVG's asymmetric: the half-width is then the larger side, which
-    overstates the other one, and the note points to the interval's ends.
-    """
-    notes = []
-    for i, name in enumerate(answer.columns):
-        for row, bars, ends in zip(answer.rows, answer.accuracy, answer.intervals,
-                                   strict=True):
-            value, width, interval = row[i], bars[i], ends[i]
-            if width is None or interval is None or not isinstance(value, int | float):
-                continue
-            low, high = interval
-            if not (math.isfinite(width) and math.isfinite(low) and math.isfinite(high)):
-                continue
-            if min(value - low, high - value) < width * (1 - 1e-9):
-                notes.append(
-                    f"{name}: its interval is not symmetric in some rows (bounds cut it, "
-                    f"e.g. at 0), so {name}_error (the larger side) overstates the other "
-                    f"side; the interval's ends are in Result.intervals, or as columns "
-                    f"{name}_low and {name}_high with OPTIONS (intervals = 1)")
-                break
-    return tuple(notes)
-
-
-def _bias_cost_notes(plan: Plan) -> tuple[str, ...]:
-    """What the bias check would cost, for ``explain`` (from the plan only)."""
-    check = plan.bias
-    if check is None:
-        return ()
-    if check.free:
-        return ("bias check: each user has at most one row here, so nothing is cut and "
-                "the check costs nothing",)
-    share = (f"rho = {check.rho:.4g}" if check.rho is not None
-             else f"epsilon = {check.epsilon:.4g}")
-    return (f"bias check: takes one share of the split ({share}) for {len(check.columns)} "
-            f"noisy user counts ({_mechanism_name(check)}, scale "
-            f"{check.mechanism.scale:.4g} each): users, users over max_rows"
-            + (", users over max_groups" if check.groups else ""),)
-
-
-def _interrupted(exc: BaseException) -> bool:
-    """Whether an engine's exception is a Ctrl-C that reached it (DuckDB's own)."""
-    return isinstance(exc, duckdb.InterruptException) or (
-        type(exc) is RuntimeError and str(exc) == "Query interrupted")
-
-
-def _internal(exc: BaseException, stage: str, charged: bool = False) -> DpsqlError:
-    """An unexpected exception as a stable DpsqlError; its text goes to the owner's log only.
-
-    Nothing of the exception reaches the analyst: its message could quote data values.
-    """
-    import traceback
-
-    from dpsql.text import escape
-
-    # escaped: the exception text may quote analyst input, which must not forge lines
-    _log.error("internal error while %s a query: %s", stage,
-               escape("".join(traceback.format_exception(exc))))
-    if charged:
-        err = PostprocessError(
-            "dpsql failed while answering this query (an internal error, logged for the "
-            "data owner); the charge is kept because the failure may depend on the data")
-        err.charged = True
-        return err
-    err = AnalysisError(
-        f"dpsql failed while {stage} this query (an internal error, logged for the data "
-        "owner); nothing was charged")
-    err.charged = False
-    return err
-
-
 def _os_user() -> str:
     try:
         return getpass.getuser()
     except (KeyError, OSError):  # no user name in a bare container
         return "default"
-
-
-def _mechanism_name(stat) -> str:
-    kind = type(stat.mechanism).__name__
-    return {"DiscreteLaplace": "discrete Laplace", "GridLaplace": "grid Laplace",
-            "DiscreteGaussian": "discrete Gaussian", "GridGaussian": "grid Gaussian",
-            "Constant": "none (constant)"}.get(kind, kind)
-
-
-def _split(plan: Plan, alpha: float) -> list[dict]:
-    out = []
-    feeds = statistic_feeds(plan)
-    for s in plan.stats:
-        out.append({
-            "name": s.name,
-            "statistic": s.label,
-            "linf": s.linf,
-            "l1": s.linf * plan.max_groups,
-            "epsilon": s.epsilon,
-            "rho": s.rho,
-            "mechanism": _mechanism_name(s),
-            "scale": s.mechanism.scale,
-            "half_width": stat_half_width(plan, s.name, alpha),
-            "feeds": feeds[s.name],
-        })
-    check = plan.bias
-    if check is not None and not check.free and check.mechanism is not None:
-        # the bias check's share, so that the shares add up to the query's cost
-        out.append({
-            "name": "__bias",
-            "statistic": "bias check: users, users over max_rows"
-                         + (", users over max_groups" if check.groups else ""),
-            "linf": 1,
-            "l1": len(check.columns),
-            "epsilon": check.epsilon,
-            "rho": check.rho,
-            "mechanism": _mechanism_name(check),
-            "scale": check.mechanism.scale,
-            "half_width": check.mechanism.accuracy(alpha / len(check.columns)),
-            "feeds": ("Result.bias",),
-        })
-    return out
 
 
 def _demo_plan(sql: str, epsilon: float = 1.0, delta: float = 1e-6, seed: int = 0,

@@ -81,7 +81,7 @@ def _number(value, integer: bool):
     """A statistic's exact value as the mechanism takes it; total by construction.
 
     Whether it is an integer was decided before the charge from the SQL type the
-    backend bound (:func:`dpsql.engine.statistic_types`), so an integer statistic comes
+    backend bound (:func:`dpsql.answering.statistic_types`), so an integer statistic comes
     back as an ``int`` (or a DECIMAL without fraction). Nothing here raises whatever
     the value: an assertion failing after the charge would itself be an oracle (the
     fuzzers in ``tests/privacy/`` assert wholeness instead). A NaN (only from values

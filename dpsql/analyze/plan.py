@@ -133,7 +133,7 @@ class Plan:
     Frozen: :func:`dpsql.analyze.analyze` returns it complete, and what the rewrite needs
     of the engine travels beside it (:class:`dpsql.rewrite.traits.EngineTraits`). Its
     statistics are still objects the engine may recalibrate before the charge
-    (:func:`dpsql.engine.statistic_types`), and its key, cell and output lists are not
+    (:func:`dpsql.answering.statistic_types`), and its key, cell and output lists are not
     copied: nothing writes to them after the analysis.
     """
 

@@ -1,0 +1,176 @@
+"""What a charged query's answer carries besides its rows: the statistics' bound types,
+notes on asymmetric intervals and on the bias check's cost, and the budget split table
+(:attr:`dpsql.Result.split`)), and how an unexpected failure is told."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import duckdb
+
+from dpsql import types as sqltypes
+from dpsql.accuracy import statistic_feeds
+from dpsql.analyze import Plan
+from dpsql.errors import AnalysisError, DpsqlError, PostprocessError, UnsupportedQueryError
+from dpsql.postprocess import stat_half_width
+
+_log = logging.getLogger("dpsql.owner")
+
+
+def statistic_types(plan: Plan, schema: dict[str, str], reports_types: bool = True) -> None:
+    """Decides, before the charge, from the SQL types the backend bound, how each
+    statistic is read back: discrete noise only for a statistic whose column the engine
+    types as an integer (a count on every engine); any other becomes real-valued (grid
+    noise, the same ε), so that nothing after the charge tests a value for wholeness.
+
+    A statistic's value analysis (``Statistic.integer``) can say "whole" where the
+    engine computes a fraction (``SUM(CAST(age AS DOUBLE) // 2)`` is 20.5 for age 41):
+    the engine's type decides. On SQLite, which reports no types, only counts are
+    integers (COUNT returns an INTEGER there by definition).
+
+    Raises:
+        UnsupportedQueryError: (not charged) a statistic of a type that is not a number.
+    """
+    from dpsql.mechanisms.gaussian import gaussian
+    from dpsql.mechanisms.laplace import laplace
+
+    for stat in plan.stats:
+        types = [schema.get(c) for c in stat.columns]
+        for column, t in zip(stat.columns, types, strict=True):
+            if t is not None and not sqltypes.parse(t).array \
+                    and sqltypes.parse(t).base not in sqltypes.NUMBER_NAMES:
+                raise UnsupportedQueryError(
+                    f"statistic {column} has type {t[:40]}; dpsql adds noise to numbers only")
+        if not stat.integer:
+            continue
+        if reports_types:
+            whole = all(t is not None and sqltypes.base_name(t) in sqltypes.EXACT_INTEGER_NAMES
+                        for t in types)
+        else:
+            whole = stat.kind in ("count", "users", "distinct")
+        if whole or stat.mechanism is None or type(stat.mechanism).__name__ == "Constant":
+            continue
+        stat.integer = False
+        if stat.rho is not None:
+            stat.mechanism = gaussian(stat.linf, plan.max_groups, stat.rho, False, stat.width)
+        elif stat.epsilon is not None and stat.name != "__users":
+            stat.mechanism = laplace(stat.linf, plan.max_groups, stat.epsilon, False,
+                                     stat.width)
+
+
+def asymmetry_notes(answer) -> tuple[str, ...]:
+    """A note per column whose interval is not ``value ± half-width`` in some row.
+
+    Reads the released values and their intervals only (post-processing). Public
+    bounds cut an interval (a count near 0, a sum of a column bounded at 0), interval
+    arithmetic makes an AVG's asymmetric: the half-width is then the larger side, which
+    overstates the other one, and the note points to the interval's ends.
+    """
+    notes = []
+    for i, name in enumerate(answer.columns):
+        for row, bars, ends in zip(answer.rows, answer.accuracy, answer.intervals,
+                                   strict=True):
+            value, width, interval = row[i], bars[i], ends[i]
+            if width is None or interval is None or not isinstance(value, int | float):
+                continue
+            low, high = interval
+            if not (math.isfinite(width) and math.isfinite(low) and math.isfinite(high)):
+                continue
+            if min(value - low, high - value) < width * (1 - 1e-9):
+                notes.append(
+                    f"{name}: its interval is not symmetric in some rows (bounds cut it, "
+                    f"e.g. at 0), so {name}_error (the larger side) overstates the other "
+                    f"side; the interval's ends are in Result.intervals, or as columns "
+                    f"{name}_low and {name}_high with OPTIONS (intervals = 1)")
+                break
+    return tuple(notes)
+
+
+def bias_cost_notes(plan: Plan) -> tuple[str, ...]:
+    """What the bias check would cost, for ``explain`` (from the plan only)."""
+    check = plan.bias
+    if check is None:
+        return ()
+    if check.free:
+        return ("bias check: each user has at most one row here, so nothing is cut and "
+                "the check costs nothing",)
+    share = (f"rho = {check.rho:.4g}" if check.rho is not None
+             else f"epsilon = {check.epsilon:.4g}")
+    return (f"bias check: takes one share of the split ({share}) for {len(check.columns)} "
+            f"noisy user counts ({mechanism_name(check)}, scale "
+            f"{check.mechanism.scale:.4g} each): users, users over max_rows"
+            + (", users over max_groups" if check.groups else ""),)
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether an engine's exception is a Ctrl-C that reached it (DuckDB's own)."""
+    return isinstance(exc, duckdb.InterruptException) or (
+        type(exc) is RuntimeError and str(exc) == "Query interrupted")
+
+
+def internal_error(exc: BaseException, stage: str, charged: bool = False) -> DpsqlError:
+    """An unexpected exception as a stable DpsqlError; its text goes to the owner's log only.
+
+    Nothing of the exception reaches the analyst: its message could quote data values.
+    """
+    import traceback
+
+    from dpsql.text import escape
+
+    # escaped: the exception text may quote analyst input, which must not forge lines
+    _log.error("internal error while %s a query: %s", stage,
+               escape("".join(traceback.format_exception(exc))))
+    if charged:
+        err = PostprocessError(
+            "dpsql failed while answering this query (an internal error, logged for the "
+            "data owner); the charge is kept because the failure may depend on the data")
+        err.charged = True
+        return err
+    err = AnalysisError(
+        f"dpsql failed while {stage} this query (an internal error, logged for the data "
+        "owner); nothing was charged")
+    err.charged = False
+    return err
+
+
+def mechanism_name(stat) -> str:
+    kind = type(stat.mechanism).__name__
+    return {"DiscreteLaplace": "discrete Laplace", "GridLaplace": "grid Laplace",
+            "DiscreteGaussian": "discrete Gaussian", "GridGaussian": "grid Gaussian",
+            "Constant": "none (constant)"}.get(kind, kind)
+
+
+def split_table(plan: Plan, alpha: float) -> list[dict]:
+    out = []
+    feeds = statistic_feeds(plan)
+    for s in plan.stats:
+        out.append({
+            "name": s.name,
+            "statistic": s.label,
+            "linf": s.linf,
+            "l1": s.linf * plan.max_groups,
+            "epsilon": s.epsilon,
+            "rho": s.rho,
+            "mechanism": mechanism_name(s),
+            "scale": s.mechanism.scale,
+            "half_width": stat_half_width(plan, s.name, alpha),
+            "feeds": feeds[s.name],
+        })
+    check = plan.bias
+    if check is not None and not check.free and check.mechanism is not None:
+        # the bias check's share, so that the shares add up to the query's cost
+        out.append({
+            "name": "__bias",
+            "statistic": "bias check: users, users over max_rows"
+                         + (", users over max_groups" if check.groups else ""),
+            "linf": 1,
+            "l1": len(check.columns),
+            "epsilon": check.epsilon,
+            "rho": check.rho,
+            "mechanism": mechanism_name(check),
+            "scale": check.mechanism.scale,
+            "half_width": check.mechanism.accuracy(alpha / len(check.columns)),
+            "feeds": ("Result.bias",),
+        })
+    return out
