@@ -84,7 +84,7 @@ def demo(save: Path | None) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = save or Path(tmp) / "pums.duckdb"
-        from dpsql.engine import default_ledger_path
+        from dpsql.database_file import default_ledger_path
 
         # a fresh demo data set starts with a fresh budget
         for old in (path, default_ledger_path(path)):

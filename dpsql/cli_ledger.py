@@ -16,7 +16,7 @@ def _ledger_path(ledger, database) -> str:
     """--ledger, else --database's default ledger, else the service's DPSQL_LEDGER pin."""
     import os
 
-    from dpsql.engine import default_ledger_path
+    from dpsql.database_file import default_ledger_path
     from dpsql.ledger import LEDGER_ENV
 
     if ledger:

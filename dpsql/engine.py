@@ -15,40 +15,30 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import getpass
 import logging
-import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from dpsql import stages
 from dpsql import types as sqltypes
 from dpsql.accounting import Cost
-from dpsql.accuracy import predict_outputs, selection_note, selection_summary
 from dpsql.analyze import Plan, analyze
-from dpsql.answer_cache import CORE_PREFIX, AnswerCache
-from dpsql.answer_derive import derive, split
+from dpsql.answer_cache import AnswerCache
+from dpsql.answer_flow import Answering
 from dpsql.answering import (
-    asymmetry_notes,
-    bias_cost_notes,
     internal_error,
     interrupted,
-    split_table,
     statistic_types,
 )
 from dpsql.asking import CLOCK, Ask, lift_and_bind, query_options, switch
 from dpsql.backends import Backend, open_backend
-from dpsql.bias import bias_note, bias_query
-from dpsql.bias import release as release_bias
+from dpsql.bias import bias_query
 from dpsql.catalog import Catalog, Table, load_catalog
+from dpsql.database_file import check_database_file, default_ledger_path
 from dpsql.errors import (
-    BackendError,
     BudgetExhaustedError,
     CatalogError,
     DpsqlError,
@@ -58,6 +48,7 @@ from dpsql.errors import (
     UnknownTableError,
     UnsupportedQueryError,
 )
+from dpsql.explaining import Explaining
 from dpsql.keys import (
     float_key_type,
     keys_as_text,
@@ -66,7 +57,6 @@ from dpsql.keys import (
     temporal_key_type,
 )
 from dpsql.ledger import ALL, BudgetView, Ledger
-from dpsql.noise import add_noise
 from dpsql.normalize import normalize
 from dpsql.params import refuse_number
 from dpsql.parse import parse
@@ -78,8 +68,8 @@ from dpsql.plan_cache import (
     plan_key,
     typed,
 )
-from dpsql.postprocess import check_postprocess, postprocess, stat_half_width
-from dpsql.result import Explanation, Result
+from dpsql.postprocess import check_postprocess
+from dpsql.result import Result
 from dpsql.rewrite import EngineTraits, rewrite
 from dpsql.validate import validate
 
@@ -151,42 +141,7 @@ def connect(
                       plan_cache=plan_cache)
 
 
-def default_ledger_path(database: Any) -> Path:
-    """Where a database's ledger lives by default: ``<database file>.ledger.sqlite``
-    beside the database's real path (symlinks resolved), so every name of one database
-    file reaches one ledger.
-
-    Raises:
-        LedgerError: the database has no file (memory, server, Spark), or its file has
-            a second hard link (two names, no single place for one ledger).
-    """
-    path = None
-    if isinstance(database, duckdb.DuckDBPyConnection):
-        row = database.execute("SELECT path FROM duckdb_databases() "
-                               "WHERE database_name = current_database()").fetchone()
-        path = row[0] if row and row[0] else None
-    else:
-        from dpsql.backends import ledger_home
-
-        path = ledger_home(database)  # a DuckDB/SQLite file; None for servers and Spark
-    if path is None:
-        raise LedgerError(
-            "a database in memory, a server URL or a SparkSession has no place for a "
-            "ledger: pass ledger=PATH, or ledger=':memory:' for a budget that lasts only "
-            "as long as this connection"
-        )
-    path = Path(os.path.realpath(path))
-    with contextlib.suppress(OSError):
-        links = os.stat(path).st_nlink
-        if links > 1:
-            raise LedgerError(
-                f"database file {str(path)!r} has {links} hard links, so it has no single "
-                "place for its default ledger (each name would get a fresh budget): pass "
-                "ledger=PATH, or have the owner pin it (see dpsql.ledger)")
-    return path.with_name(path.name + ".ledger.sqlite")
-
-
-class Connection:
+class Connection(Explaining, Answering):
     """A connection that answers aggregate SQL with differential privacy.
 
     The backend connection is private to this object and never handed out.
@@ -234,7 +189,7 @@ class Connection:
         check_analyst(self._analyst)
         self._dataset = self._catalog.dataset
         self._owns_ledger = not isinstance(ledger, Ledger)
-        _check_database_file(database)  # a missing database gets no ledger file either
+        check_database_file(database)  # a missing database gets no ledger file either
         if self._owns_ledger:
             # a pinned ledger is the owner's to create: missing, it is refused, never new
             ledger = Ledger(default_ledger_path(database) if ledger is None else ledger,
@@ -404,27 +359,6 @@ class Connection:
             else "\x00".join([ask.sql, *ask.rest])
         ask.version = self._schema_version()
 
-    def _answer_key(self, ask: Ask, text: str | None) -> str | None:
-        """The answer cache's key of ``text`` asked with ``ask``'s options and arguments."""
-        return self._answers.key(
-            self._dataset, self._analyst, self._catalog_fp, ask.version,
-            text and "\x00".join([text, *ask.rest, repr(typed(ask.intervals))]),
-            ask.epsilon, ask.delta, ask.max_groups, ask.max_rows,
-            ask.mechanism or self._mechanism, ask.alpha)
-
-    def _cached(self, ask: Ask) -> Result | None:
-        """The answer released before (or derived from one), free; None: a miss, and
-        ``ask`` learns the keys its answer will be stored under."""
-        if self._answers is None:
-            return None
-        ask.answer_key = self._answer_key(ask, ask.keyed and ask.sql)
-        cached = self._answers.get(ask.answer_key, self._dataset, self._analyst)
-        if cached is None and ask.keyed is not None:
-            cached, ask.core_key = self._derived(ask)
-        if cached is not None:  # released before: post-processing, free
-            stages.mark("options")
-        return cached
-
     def _prepared(self, ask: Ask) -> Prepared | Result:
         """The checked plan of the query: from the plan cache, or analysed, rewritten,
         checked and cached now (a client's schema probe is answered instead)."""
@@ -458,210 +392,6 @@ class Connection:
         self._plans.put(key, prepared)
         stages.mark("to_sql")
         return prepared
-
-    def _answer_charged(self, charge, prepared: Prepared, ask: Ask) -> Result:
-        """Runs, adds noise and post-processes a charged query; every failure is
-        recorded as the charge's outcome and keeps the charge."""
-        try:
-            return self._answer(prepared, ask.alpha, ask.intervals)
-        except QueryCancelled:
-            self._ledger.finish(charge, "cancelled")
-            raise
-        except DpsqlError as exc:
-            exc.charged = True  # whatever its class says: it came after the charge
-            self._ledger.finish(charge, "failed", type(exc).__name__)
-            raise
-        except Exception as exc:  # noqa: BLE001 - may depend on the data: no text of it
-            self._ledger.finish(charge, "failed", "internal")
-            err = internal_error(exc, "answering", charged=True)
-            raise err from None
-        except KeyboardInterrupt:  # Ctrl-C after the charge: cancelled, charge kept
-            self._ledger.finish(charge, "cancelled")
-            raise QueryCancelled() from None
-        except BaseException:
-            self._ledger.finish(charge, "failed", "interrupted")
-            raise
-
-    def _answer(self, prepared: Prepared, alpha: float, intervals: bool) -> Result:
-        """The released answer of a charged query (run, noise, post-processing)."""
-        plan, backend = prepared.plan, self._backend
-        if plan.stats or plan.selection is not None:
-            columns, rows = backend.execute(prepared.expression)
-            stages.mark("backend")
-            rows = prepared.read(rows)
-        else:  # only public keys are released: no data needed
-            columns, rows = [k.name for k in plan.keys], []
-        noisy = add_noise(plan, columns, rows)
-        answer = postprocess(plan, noisy, alpha)
-        notes = tuple(plan.notes) + asymmetry_notes(answer)
-        if plan.selection is not None:
-            # the number of released keys only: those below the threshold stay unsaid
-            notes = (selection_note(plan, len(noisy.keys), alpha), *notes)
-        measured = None
-        if plan.bias is not None:
-            bias_columns, bias_rows = (backend.execute(prepared.measure)
-                                       if prepared.measure is not None else (None, None))
-            measured = release_bias(plan, bias_columns, bias_rows, alpha)
-            notes = (*notes, bias_note(plan, measured, alpha))
-        return Result(columns=answer.columns, rows=answer.rows, accuracy=answer.accuracy,
-                      cost=plan.cost, sql=prepared.sql, alpha=alpha,
-                      split=split_table(plan, alpha), notes=notes, intervals=answer.intervals,
-                      noisy=answer.noisy, interval_columns=intervals, bias=measured)
-
-    def _settle(self, charge, ask: Ask, result: Result) -> None:
-        """Records the charge's outcome ``answered``, with the answer cache's entries in
-        the same transaction."""
-        store = None if self._answers is None else self._answers.storer(
-            ask.answer_key, self._dataset, self._analyst, result, also_as=ask.core_key)
-        stages.mark("noise")
-        try:
-            if store is None:
-                self._ledger.finish(charge, "answered")
-            else:
-                self._ledger.finish(charge, "answered", also=store)
-        except KeyboardInterrupt:  # Ctrl-C after the answer: the charge is kept
-            raise QueryCancelled() from None
-        stages.mark("ledger")
-
-    def _derived(self, ask: Ask) -> tuple[Result | None, str | None]:
-        """The answer derived from a cached one (:mod:`dpsql.answer_derive`), or None;
-        and the key this query's answer is also stored under (its core's), or None."""
-        derivation = split(ask.sql)
-        if derivation is None:
-            return None, None
-        core_key = self._answer_key(ask, "core:" + derivation.core)
-        core_key = core_key and CORE_PREFIX + core_key
-        if derivation.post:
-            base = self._answers.get(core_key, self._dataset, self._analyst)
-            if base is not None:
-                derived = derive(base, derivation)
-                if derived is not None:
-                    return derived, None
-        return None, core_key if derivation.whole else None
-
-    def explain(
-        self,
-        sql: str,
-        params: Sequence[Any] | None = None,
-        *,
-        epsilon: float | None = None,
-        delta: float | None = None,
-        max_groups: int | None = None,
-        max_rows: int | None = None,
-        mechanism: str | None = None,
-        alpha: float | None = None,
-        bias_check: bool | None = None,
-    ) -> Explanation:
-        """Shows what a query would release and how accurately; spends nothing.
-
-        Per output column: what it is in the analyst's terms, which noisy statistics
-        feed it and its predicted error bar (:func:`dpsql.accuracy.predict_outputs`);
-        for keys from the data, the partition-selection threshold in users
-        (:func:`dpsql.accuracy.selection_summary`); the noisy statistics with their
-        sensitivities, budget shares and noise; the cost and the rewritten SQL. It runs
-        the same analysis as :meth:`execute` (same plan, split and threshold) and reads
-        only public information: the catalog, the parameters and the database schema.
-        Its arguments are :meth:`execute`'s: ``params`` binds the ``?`` placeholders,
-        everything else is keyword-only. With ``bias_check`` (or ``OPTIONS (bias_check =
-        1)`` in the SQL) it shows the share of the budget the bias check would take
-        (:mod:`dpsql.bias`).
-        """
-        try:
-            refuse_number(params, "explain")
-            alpha = self._check_alpha(alpha)
-            sql, options = lift_and_bind(sql, params, self._catalog.limits)
-            epsilon, delta, max_groups, max_rows = query_options(
-                options, epsilon, delta, max_groups, max_rows)
-            bias_check = switch(options.get("bias_check", bias_check), "bias_check")
-            plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups,
-                                                      max_rows, mechanism, bias_check)
-            sql_text = backend.to_sql(expression)
-            statistics = split_table(plan, alpha)
-            selection = selection_summary(plan, alpha)
-            outputs = predict_outputs(plan, alpha)
-        except DpsqlError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - dpsql's own bug; spends nothing
-            raise internal_error(exc, "analysing") from None
-        return Explanation(
-            sql=sql_text,
-            statistics=statistics,
-            partition_selection=selection,
-            cost=plan.cost,
-            max_groups=plan.max_groups,
-            max_rows=plan.max_rows,
-            alpha=alpha,
-            mechanism=plan.mechanism,
-            rho=plan.rho,
-            outputs=outputs,
-            notes=tuple(plan.notes) + bias_cost_notes(plan),
-        )
-
-    def epsilon_for(
-        self,
-        sql: str,
-        params: Sequence[Any] | None = None,
-        *,
-        half_width: float | None = None,
-        delta: float | None = None,
-        column: str | None = None,
-        max_groups: int | None = None,
-        max_rows: int | None = None,
-        mechanism: str | None = None,
-        alpha: float | None = None,
-    ) -> float:
-        """The smallest ε at which every noisy statistic's error bar is <= ``half_width``.
-
-        The inverse of :meth:`explain`: with ``column``, only the statistics behind that
-        output column count (for an AVG, its noisy sum and count). Spends nothing.
-        Its arguments are :meth:`explain`'s: ``params`` binds the ``?`` placeholders;
-        ``half_width`` and everything else are keyword-only (a BigQuery ``OPTIONS``
-        clause may set delta and the contribution bounds; its epsilon is ignored).
-
-        Raises:
-            PrivacyParameterError: no ε up to 10⁶ reaches the target.
-        """
-        refuse_number(params, "epsilon_for", "half_width")
-        if half_width is None:
-            raise PrivacyParameterError("epsilon_for needs the target: half_width=...")
-        if isinstance(half_width, bool) or not isinstance(half_width, int | float) or \
-                not half_width > 0:
-            raise PrivacyParameterError(f"half_width must be positive, got {half_width!r}")
-        alpha = self._check_alpha(alpha)
-        sql, options = lift_and_bind(sql, params, self._catalog.limits)
-        _, delta, max_groups, max_rows = query_options(options, 1.0, delta, max_groups, max_rows)
-
-        def worst(eps: float) -> float:
-            try:
-                plan, _, _ = self._prepare(sql, eps, delta, max_groups, max_rows, mechanism)
-            except DpsqlError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - dpsql's own bug; spends nothing
-                raise internal_error(exc, "analysing") from None
-            names = [s.name for s in plan.stats]
-            if column is not None:
-                out = [o for o in plan.outputs if o.name == column]
-                if not out:
-                    raise PrivacyParameterError(
-                        f"no output column {column!r}; the columns are "
-                        f"{', '.join(o.name for o in plan.outputs)}")
-                names = sorted({s for c in plan.cells if c.name in out[0].cells
-                                for s in c.stats})
-            return max((stat_half_width(plan, n, alpha) for n in names), default=0.0)
-
-        low, high = 1e-6, 1e6
-        if worst(high) > half_width:
-            raise PrivacyParameterError(
-                f"no epsilon up to {high:g} gives half-widths <= {half_width:g}")
-        for _ in range(60):
-            mid = math.sqrt(low * high)
-            if worst(mid) <= half_width:
-                high = mid
-            else:
-                low = mid
-            if high / low < 1 + 1e-4:
-                break
-        return high
 
     def close(self) -> None:
         """Closes the backend connection (and its ledger); further queries raise an error."""
@@ -832,27 +562,6 @@ class Connection:
                 "group by it, join on it or count it as a user; use a column with the "
                 "default (binary) collation")
         self._schemas_ok.add(table.name)
-
-
-def _check_database_file(database: Any) -> None:
-    """Refuses a DuckDB or SQLite file that does not exist, before any ledger is created.
-
-    Raises:
-        BackendError: (nothing charged, nothing written) the file does not exist.
-    """
-    from dpsql.backends import ledger_home
-
-    if isinstance(database, str) and database.startswith(("duckdb://", "sqlite://")):
-        scheme, _, rest = database.partition("://")
-        if rest and not rest.startswith("/"):  # duckdb://pums.duckdb reads as a host
-            raise BackendError(
-                f"{scheme}://{rest.split('?')[0]} names a host, not a file: a database "
-                f"file comes after three slashes, {scheme}:///{rest.split('?')[0]}")
-    path = ledger_home(database)
-    if path is not None and not path.exists():
-        raise BackendError(f"database file {str(path)!r} does not exist (nothing was "
-                           "created, no ledger either); check the path, or create the "
-                           "database first (e.g. dpsql.datasets.load_pums(path))")
 
 
 def _os_user() -> str:

@@ -131,7 +131,7 @@ def test_off_by_default_and_when_asked(pums_file, tmp_path):
 
 
 def test_a_failed_query_is_not_cached(pums_file, tmp_path, monkeypatch):
-    import dpsql.engine as engine
+    import dpsql.answer_flow as engine
 
     conn = _conn(pums_file, tmp_path)
     real = engine.add_noise

@@ -94,7 +94,7 @@ def test_keyboard_interrupt_after_the_charge_is_a_cancel(connect, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("dpsql.engine.add_noise", interrupted)
+    monkeypatch.setattr("dpsql.answer_flow.add_noise", interrupted)
     with pytest.raises(QueryCancelled) as info:
         conn.execute("SELECT COUNT(*) FROM pums", epsilon=0.25)
     assert info.value.charged

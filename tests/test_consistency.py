@@ -13,6 +13,7 @@ import math
 
 import pytest
 
+import dpsql.answer_flow
 import dpsql.engine
 from dpsql.engine import _demo_plan
 from dpsql.noise import NoisyGroups
@@ -130,7 +131,7 @@ def test_consistency_reads_noisy_values_and_public_bounds_only():
 
 def test_end_to_end_a_count_forced_negative(connect, monkeypatch):
     """Through a real query: the noise of every count forced to -10⁶."""
-    real = dpsql.engine.add_noise
+    real = dpsql.answer_flow.add_noise
 
     def negative(plan, columns, rows):
         noisy = real(plan, columns, rows)
@@ -139,7 +140,7 @@ def test_end_to_end_a_count_forced_negative(connect, monkeypatch):
                 noisy.stats[s.name] = [v - 10**6 for v in noisy.stats[s.name]]
         return noisy
 
-    monkeypatch.setattr(dpsql.engine, "add_noise", negative)
+    monkeypatch.setattr(dpsql.answer_flow, "add_noise", negative)
     conn = connect()
     res = conn.execute("SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex HAVING n >= 0",
                        epsilon=1.0)

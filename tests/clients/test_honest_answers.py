@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 import dpsql
+import dpsql.answer_flow
 import dpsql.engine
 from dpsql import dbapi
 
@@ -185,7 +186,7 @@ def test_interval_columns_in_pandas_with_the_option_and_the_connect_flag(clinic)
 def test_an_asymmetric_interval_is_stated_honestly(conn, monkeypatch):
     """A sum of non-negative costs whose noise came out very negative: released as 0,
     its interval is [0, w], not 0 ± w; the columns and a note say so."""
-    real = dpsql.engine.add_noise
+    real = dpsql.answer_flow.add_noise
 
     def negative(plan, columns, rows):
         noisy = real(plan, columns, rows)
@@ -193,7 +194,7 @@ def test_an_asymmetric_interval_is_stated_honestly(conn, monkeypatch):
             noisy.stats[s.name] = [v - 10**9 for v in noisy.stats[s.name]]
         return noisy
 
-    monkeypatch.setattr(dpsql.engine, "add_noise", negative)
+    monkeypatch.setattr(dpsql.answer_flow, "add_noise", negative)
     res = conn.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1, "
                        "intervals = 1) SUM(cost) AS total FROM visits")
     frame = res.df

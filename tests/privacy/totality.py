@@ -60,6 +60,7 @@ import traceback
 from pathlib import Path
 
 import dpsql
+import dpsql.answer_flow
 import dpsql.engine
 from dpsql.errors import DpsqlError, QueryCancelled
 from tests.support import PG_ADMIN_VAR, PG_URL_VAR, Unavailable, backend_of, spark_session
@@ -810,7 +811,7 @@ class Watch:
         self.capture = _Capture()
         self.merged: list[str] = []
         self._logger = logging.getLogger("dpsql.owner")
-        self._original = dpsql.engine.add_noise
+        self._original = dpsql.answer_flow.add_noise
 
     def __enter__(self):
         self._logger.addHandler(self.capture)
@@ -829,11 +830,11 @@ class Watch:
                                    f"(e.g. {twins[:2]!r})")
             return original(plan, columns, rows)
 
-        dpsql.engine.add_noise = add_noise
+        dpsql.answer_flow.add_noise = add_noise
         return self
 
     def __exit__(self, *exc):
-        dpsql.engine.add_noise = self._original
+        dpsql.answer_flow.add_noise = self._original
         self._logger.removeHandler(self.capture)
         self._logger.propagate = self._propagate
 

@@ -1,0 +1,129 @@
+"""How :class:`dpsql.Connection` answers an asked query after its checks: the answer
+cache (an answer released before, or derived from one, free), and a charged query's
+run, noise, post-processing and outcome."""
+
+from __future__ import annotations
+
+from dpsql import stages
+from dpsql.accuracy import selection_note
+from dpsql.answer_cache import CORE_PREFIX
+from dpsql.answer_derive import derive, split
+from dpsql.answering import asymmetry_notes, internal_error, split_table
+from dpsql.asking import Ask
+from dpsql.bias import bias_note
+from dpsql.bias import release as release_bias
+from dpsql.errors import (
+    DpsqlError,
+    QueryCancelled,
+)
+from dpsql.noise import add_noise
+from dpsql.plan_cache import Prepared, typed
+from dpsql.postprocess import postprocess
+from dpsql.result import Result
+
+
+class Answering:
+    """:class:`dpsql.Connection`'s answering steps (mixed into it; they use its
+    ``_answers``, ``_ledger``, ``_backend``, ``_dataset``, ``_analyst`` and
+    ``_catalog_fp``)."""
+
+    def _answer_key(self, ask: Ask, text: str | None) -> str | None:
+        """The answer cache's key of ``text`` asked with ``ask``'s options and arguments."""
+        return self._answers.key(
+            self._dataset, self._analyst, self._catalog_fp, ask.version,
+            text and "\x00".join([text, *ask.rest, repr(typed(ask.intervals))]),
+            ask.epsilon, ask.delta, ask.max_groups, ask.max_rows,
+            ask.mechanism or self._mechanism, ask.alpha)
+
+    def _cached(self, ask: Ask) -> Result | None:
+        """The answer released before (or derived from one), free; None: a miss, and
+        ``ask`` learns the keys its answer will be stored under."""
+        if self._answers is None:
+            return None
+        ask.answer_key = self._answer_key(ask, ask.keyed and ask.sql)
+        cached = self._answers.get(ask.answer_key, self._dataset, self._analyst)
+        if cached is None and ask.keyed is not None:
+            cached, ask.core_key = self._derived(ask)
+        if cached is not None:  # released before: post-processing, free
+            stages.mark("options")
+        return cached
+
+    def _answer_charged(self, charge, prepared: Prepared, ask: Ask) -> Result:
+        """Runs, adds noise and post-processes a charged query; every failure is
+        recorded as the charge's outcome and keeps the charge."""
+        try:
+            return self._answer(prepared, ask.alpha, ask.intervals)
+        except QueryCancelled:
+            self._ledger.finish(charge, "cancelled")
+            raise
+        except DpsqlError as exc:
+            exc.charged = True  # whatever its class says: it came after the charge
+            self._ledger.finish(charge, "failed", type(exc).__name__)
+            raise
+        except Exception as exc:  # noqa: BLE001 - may depend on the data: no text of it
+            self._ledger.finish(charge, "failed", "internal")
+            err = internal_error(exc, "answering", charged=True)
+            raise err from None
+        except KeyboardInterrupt:  # Ctrl-C after the charge: cancelled, charge kept
+            self._ledger.finish(charge, "cancelled")
+            raise QueryCancelled() from None
+        except BaseException:
+            self._ledger.finish(charge, "failed", "interrupted")
+            raise
+
+    def _answer(self, prepared: Prepared, alpha: float, intervals: bool) -> Result:
+        """The released answer of a charged query (run, noise, post-processing)."""
+        plan, backend = prepared.plan, self._backend
+        if plan.stats or plan.selection is not None:
+            columns, rows = backend.execute(prepared.expression)
+            stages.mark("backend")
+            rows = prepared.read(rows)
+        else:  # only public keys are released: no data needed
+            columns, rows = [k.name for k in plan.keys], []
+        noisy = add_noise(plan, columns, rows)
+        answer = postprocess(plan, noisy, alpha)
+        notes = tuple(plan.notes) + asymmetry_notes(answer)
+        if plan.selection is not None:
+            # the number of released keys only: those below the threshold stay unsaid
+            notes = (selection_note(plan, len(noisy.keys), alpha), *notes)
+        measured = None
+        if plan.bias is not None:
+            bias_columns, bias_rows = (backend.execute(prepared.measure)
+                                       if prepared.measure is not None else (None, None))
+            measured = release_bias(plan, bias_columns, bias_rows, alpha)
+            notes = (*notes, bias_note(plan, measured, alpha))
+        return Result(columns=answer.columns, rows=answer.rows, accuracy=answer.accuracy,
+                      cost=plan.cost, sql=prepared.sql, alpha=alpha,
+                      split=split_table(plan, alpha), notes=notes, intervals=answer.intervals,
+                      noisy=answer.noisy, interval_columns=intervals, bias=measured)
+
+    def _settle(self, charge, ask: Ask, result: Result) -> None:
+        """Records the charge's outcome ``answered``, with the answer cache's entries in
+        the same transaction."""
+        store = None if self._answers is None else self._answers.storer(
+            ask.answer_key, self._dataset, self._analyst, result, also_as=ask.core_key)
+        stages.mark("noise")
+        try:
+            if store is None:
+                self._ledger.finish(charge, "answered")
+            else:
+                self._ledger.finish(charge, "answered", also=store)
+        except KeyboardInterrupt:  # Ctrl-C after the answer: the charge is kept
+            raise QueryCancelled() from None
+        stages.mark("ledger")
+
+    def _derived(self, ask: Ask) -> tuple[Result | None, str | None]:
+        """The answer derived from a cached one (:mod:`dpsql.answer_derive`), or None;
+        and the key this query's answer is also stored under (its core's), or None."""
+        derivation = split(ask.sql)
+        if derivation is None:
+            return None, None
+        core_key = self._answer_key(ask, "core:" + derivation.core)
+        core_key = core_key and CORE_PREFIX + core_key
+        if derivation.post:
+            base = self._answers.get(core_key, self._dataset, self._analyst)
+            if base is not None:
+                derived = derive(base, derivation)
+                if derived is not None:
+                    return derived, None
+        return None, core_key if derivation.whole else None
