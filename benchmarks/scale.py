@@ -121,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.worker is not None:  # internal: one phase of one job, in its own process
         return _worker(json.loads(args.worker))
+    if args.rerender is not None:
+        results = json.loads(args.rerender.read_text())
+        md = args.rerender.with_suffix(".md")
+        md.write_text(render(results))
+        _say(f"wrote {md}")
+        return 0
     started = datetime.now(UTC)
     name = args.name or f"scale-{started.date().isoformat()}"
     args.out.mkdir(parents=True, exist_ok=True)
@@ -205,6 +211,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None,
                    help="base name of the report files (default scale-<date>)")
     p.add_argument("--seed", type=int, default=0, help="PUMS generator seed")
+    p.add_argument("--rerender", type=Path, default=None, metavar="JSON",
+                   help="only rewrite the markdown of a finished run from its JSON file")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     return p
 
@@ -618,6 +626,7 @@ def render(results: dict) -> str:
         "each with its cached data), for Spark the JVM.",
         "",
     ]
+    lines += summary(results)
     for engine, title in (("duckdb", "DuckDB, PUMS resampled"),
                           ("spark", "Spark local[*], TPC-H")):
         jobs = [j for j in results["jobs"] if j["engine"] == engine]
@@ -631,6 +640,33 @@ def render(results: dict) -> str:
         lines += [f"* {n['job']}: {n['reason']}" for n in results["not_run"]]
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def summary(results: dict) -> list[str]:
+    """One row per job: medians (and ranges) over its queries, and its peak memory."""
+    rows = []
+    for j in results["jobs"]:
+        qs = [q for q in j.get("queries", {}).values() if "private_s" in q]
+        if not qs:
+            rows.append(f"| {j['label']} | {j['status']} | | | | | |")
+            continue
+
+        def med(key: str, fmt: str, qs=qs) -> str:
+            vals = [q[key] for q in qs if q.get(key) is not None]
+            if not vals:
+                return "–"
+            return (f"{statistics.median(vals):{fmt}} ({min(vals):{fmt}}–{max(vals):{fmt}})"
+                    if len(vals) > 1 else f"{vals[0]:{fmt}}")
+
+        rows.append(f"| {j['label']} | {len(qs)} | {med('private_s', '.1f')} | "
+                    f"{med('private_over_floor', '.2f')} | {med('private_over_plain', '.1f')} | "
+                    f"{j.get('peak_rss_mib', 0) / 1024:.1f} | {j['load_average_end']} |")
+    if not rows:
+        return []
+    return ["## Summary", "",
+            "| job | queries | private s, median (range) | private/floor | private/plain "
+            "| peak RSS of the job (GiB) | load average at the end |",
+            "|---|---:|---|---|---|---:|---|", *rows, ""]
 
 
 def _job_section(j: dict) -> list[str]:
