@@ -1,6 +1,7 @@
 """``python -m benchmarks [--quick | --config NAME] [--name NAME] [--out DIR] [--no-peers]``.
 
 ``python -m benchmarks --rerender results/latest.json`` rewrites a run's report only.
+``python -m benchmarks scale --help``: the separate scale runs (:mod:`benchmarks.scale`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ from benchmarks.run import RESULTS_DIR, rerender, run
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["scale"]:  # a command of its own, not part of the default run
+        from benchmarks import scale
+
+        return scale.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description="Runs the dpsql benchmark suite and writes JSON, markdown and PNG plots.")
@@ -35,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerender", type=Path, default=None, metavar="JSON",
                         help="only rewrite the summary, markdown and plots of a finished run "
                              "from its JSON file")
+    parser.epilog = ("python -m benchmarks scale --help: DuckDB at 100M rows, Spark at "
+                     "TPC-H sf 3-10 (a separate command)")
     args = parser.parse_args(argv)
     if args.rerender is not None:
         results = rerender(args.rerender)

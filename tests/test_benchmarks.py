@@ -236,3 +236,57 @@ def test_overhead_reported(quick):
     assert on["analysis"] + on["rewrite"] + on["to_sql"] < \
         o["plan_cache_off"]["mix"]["stages_ms"]["to_sql"]
     assert "The engine's own time per query" in (out / "ci.md").read_text()
+
+
+# -- python -m benchmarks scale (issue 23, item 4) --------------------------------------
+
+
+def test_scale_command_runs_a_tiny_duckdb_job(tmp_path, capfd):
+    """The scale command's plumbing at 20k rows: generation and measurement each in a
+    subprocess, times, ratios and memory in the JSON and the markdown."""
+    from benchmarks import __main__ as cli
+
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    assert cli.main(["scale", "--duckdb-rows", "20k", "--no-spark", "--duckdb-queries",
+                     "count_by_sex", "--runs", "1", "--out", str(out), "--scratch",
+                     str(scratch), "--name", "tiny"]) == 0
+    results = json.loads((out / "tiny.json").read_text())
+    (job,) = results["jobs"]
+    assert job["status"] == "ok", job
+    assert job["generate"]["data"]["rows"] > 15_000
+    q = job["queries"]["count_by_sex"]
+    for key in ("private_s", "plain_s", "floor_s", "private_over_floor", "private_over_plain",
+                "private_peak_rss_mib"):
+        assert q[key] > 0 and math.isfinite(q[key]), key
+    assert job["ru_maxrss_mib"] > 0 and job["load_average_start"]
+    md = (out / "tiny.md").read_text()
+    assert "| count_by_sex |" in md and "load average" in md
+    assert not list(scratch.glob("worker-*.json"))  # workers' hand-over files are gone
+    assert "count_by_sex: private" in capfd.readouterr().err  # progress on stderr
+
+
+def test_scale_command_stops_a_job_past_its_memory_limit(tmp_path):
+    """Past --memory-fraction a job aborts at once, and the engine's larger sizes are
+    listed as not run, with the reason."""
+    from benchmarks import scale
+
+    out = tmp_path / "out"
+    assert scale.main(["--duckdb-rows", "10k,20k", "--no-spark", "--memory-fraction",
+                       "0.000001", "--out", str(out), "--scratch", str(tmp_path),
+                       "--name", "oom"]) == 0
+    results = json.loads((out / "oom.json").read_text())
+    (job,) = results["jobs"]
+    assert "aborted: RSS" in job["status"]
+    (skipped,) = results["not_run"]
+    assert "20k" in skipped["job"] and "did not finish" in skipped["reason"]
+    assert "## Not run" in (out / "oom.md").read_text()
+
+
+def test_scale_sizes_parse_suffixes():
+    from benchmarks import scale
+
+    parse = scale._sizes(int)
+    assert parse("100M,10m") == [10_000_000, 100_000_000]
+    assert parse("1e6,20k,100_000") == [20_000, 100_000, 1_000_000]
+    with pytest.raises(Exception, match="positive"):
+        parse("0")
