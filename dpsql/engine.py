@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sqlglot import exp
+
 from dpsql import stages
 from dpsql import types as sqltypes
 from dpsql.accounting import Cost
@@ -368,13 +370,17 @@ class Connection(Explaining, Answering):
         if prepared is not None:  # checked before: only charge, run, add noise
             stages.mark("options")
             return prepared
-        probe = self._schema_probe(ask.sql, ask.text, ask.alpha)
+        # the analyst's SQL is parsed once here: the probe reads the tree, analysis
+        # takes it on
+        tree = parse(ask.sql, self._catalog.limits.max_sql_length) \
+            if isinstance(ask.sql, str) else ask.sql
+        probe = self._schema_probe(tree, ask.text, ask.alpha)
         if probe is not None:
             return probe
         epsilon, delta, max_groups, max_rows = query_options(
             ask.options, ask.epsilon, ask.delta, ask.max_groups, ask.max_rows)
         stages.mark("options")
-        plan, expression, backend = self._prepare(ask.sql, epsilon, delta, max_groups,
+        plan, expression, backend = self._prepare(tree, epsilon, delta, max_groups,
                                                   max_rows, ask.mechanism, ask.bias_check)
         # a query that cannot fit is refused before the engine binds it (fast); the
         # charge still decides atomically
@@ -488,8 +494,9 @@ class Connection(Explaining, Answering):
             backend.catalog_names = frozenset(
                 [*cat.tables, *(c for t in cat.tables.values() for c in t.columns)])
         limits = self._catalog.limits
-        select = validate(normalize(parse(sql, limits.max_sql_length), self._catalog, limits),
-                          limits)
+        if not isinstance(sql, exp.Expression):  # the SQL text (explain, epsilon_for)
+            sql = parse(sql, limits.max_sql_length)
+        select = validate(normalize(sql, self._catalog, limits), limits)
         plan = analyze(select, self._catalog, epsilon, delta, max_groups, max_rows,
                        mechanism=mechanism or self._mechanism,
                        unique=lambda t, c: self._catalog.has_table(t)

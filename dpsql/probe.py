@@ -55,7 +55,7 @@ class _Unknown:
 _UNKNOWN = _Unknown()
 
 
-def schema_probe(sql: str, catalog: Catalog) -> list[tuple[str, str]] | None:
+def schema_probe(sql: str | exp.Expression, catalog: Catalog) -> list[tuple[str, str]] | None:
     """The (name, catalog type) of each output column if ``sql`` is a schema probe.
 
     Returns None when ``sql`` is not provably empty (see the module docstring): the
@@ -65,17 +65,20 @@ def schema_probe(sql: str, catalog: Catalog) -> list[tuple[str, str]] | None:
         UnknownTableError, UnknownColumnError: a probe of a table or column the catalog
             does not have.
     """
-    if not isinstance(sql, str):
-        return None
-    from dpsql.bigquery_options import lift_dp_options
-    from dpsql.parse import parse
-
     limits = catalog.limits
-    try:
-        text, _ = lift_dp_options(sql, limits)
-        select = parse(text, limits.max_sql_length)
-    except DpsqlError:
-        return None  # the normal path reports it
+    if isinstance(sql, exp.Expression):  # already read (options lifted, parsed): not changed
+        select = sql
+    elif not isinstance(sql, str):
+        return None
+    else:
+        from dpsql.bigquery_options import lift_dp_options
+        from dpsql.parse import parse
+
+        try:
+            text, _ = lift_dp_options(sql, limits)
+            select = parse(text, limits.max_sql_length)
+        except DpsqlError:
+            return None  # the normal path reports it
     if not isinstance(select, exp.Select):
         return None
     for count, node in enumerate(select.walk(), start=1):
