@@ -1,5 +1,5 @@
-"""The hostile review's findings: ledger creation, catalog-query size, login
-enumeration, throttling, and what the budget messages reveal."""
+"""The service under abuse: ledger creation and pins, catalog-query size, login
+enumeration, throttling of guesses and handshakes, and what budget messages reveal."""
 
 from __future__ import annotations
 
