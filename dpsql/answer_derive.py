@@ -21,10 +21,21 @@ derived from the entry of its own core.
 **Which post-processing.** Each HAVING and ORDER BY expression must be written over the
 answer's columns: a subtree equal to a select item, an output name, or (ORDER BY) a
 position. An aggregate or a column left over, a window or a subquery: not derived, the
-query is answered afresh (and charged). Evaluation mirrors the fresh path's
+query is answered afresh (and charged). LIMIT and OFFSET are plain whole numbers
+(``FETCH``, ``PERCENT`` and ``WITH TIES`` are not derived: dropping them would answer
+another query). Evaluation mirrors the fresh path's
 (:func:`dpsql.postprocess.postprocess_query`): DuckDB over the released rows in a scratch
 database, each expression inside ``TRY``. Any failure there is a miss, never an error
 (it could only depend on values the analyst holds, but answering afresh is simpler).
+
+**The fresh path's checks still hold.** A derived query skips analysis, so what it runs
+is held to the same rules first: every node of HAVING and ORDER BY is one
+:func:`dpsql.validate.validate` allows (with its payload checks: types, literal
+lengths), and no value it computes can be longer than ``max_value_length``
+(:func:`dpsql.analyze.evaluation.check_value_lengths`, each column bounded by the
+longest text among its released values). Otherwise a free query could run what a
+charged one may not, e.g. ``repeat()`` or a ``REPLACE`` chain building gigabytes in the
+server's memory. Anything refused here is a miss: the fresh path refuses it, uncharged.
 
 >>> d = split("SELECT sex, COUNT(*) AS n FROM pums GROUP BY sex HAVING n > 10 LIMIT 1")
 >>> d.core
@@ -36,16 +47,20 @@ database, each expression inside ``TRY``. Any failure there is a miss, never an 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql.analyze.evaluation import SCALAR_TEXT, check_value_lengths, length_bounds
+from dpsql.answer_cache import CACHED_NOTE
+from dpsql.errors import UnsupportedQueryError
+from dpsql.limits import DEFAULT, Limits
 from dpsql.parse import parse
 from dpsql.postprocess import _arrow_array
 from dpsql.result import Result
 from dpsql.scratch import run, scratch
+from dpsql.validate import _ALLOWED, _check_payload
 
 #: The note a derived Result carries.
 DERIVED_NOTE = ("derived from the answer cache: the same query was answered before "
@@ -53,7 +68,6 @@ DERIVED_NOTE = ("derived from the answer cache: the same query was answered befo
                 "filtered and ordered here, nothing was spent")
 
 _ROW = "__row"
-_COLUMN = re.compile(r"c\d+")
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,7 @@ class Derivation:
         order: the ORDER BY clause, or None.
         limit: the LIMIT expression, or None.
         offset: the OFFSET expression, or None.
+        items: the core's select items.
     """
 
     core: str
@@ -74,6 +89,7 @@ class Derivation:
     order: exp.Order | None
     limit: exp.Expression | None
     offset: exp.Expression | None
+    items: tuple[exp.Expression, ...] = ()
 
     @property
     def whole(self) -> bool:
@@ -100,6 +116,12 @@ def split(sql: str) -> Derivation | None:
     core = tree.copy()
     for k in parts:
         core.set(k, None)
+    for k in ("limit", "offset"):  # a plain LIMIT n / OFFSET n, nothing more
+        node = parts[k]
+        if node is not None and (type(node) is not {"limit": exp.Limit,
+                                                    "offset": exp.Offset}[k] or any(
+                v for a, v in node.args.items() if a != "expression")):
+            return None
     having = parts["having"].this if parts["having"] is not None else None
     limit = parts["limit"].expression if parts["limit"] is not None else None
     offset = parts["offset"].expression if parts["offset"] is not None else None
@@ -110,16 +132,18 @@ def split(sql: str) -> Derivation | None:
         text = core.sql(dialect="duckdb")
     except Exception:  # noqa: BLE001 - not derivable
         return None
-    return Derivation(text, having, parts["order"], limit, offset)
+    return Derivation(text, having, parts["order"], limit, offset,
+                      tuple(e.copy() for e in core.expressions))
 
 
-def derive(cached: Result, d: Derivation) -> Result | None:
+def derive(cached: Result, d: Derivation, limits: Limits = DEFAULT) -> Result | None:
     """``cached`` (the core's released answer) filtered and ordered as ``d`` says, free;
-    None when ``d`` cannot be evaluated over the released columns alone."""
-    items = parse(d.core).expressions
+    None when ``d`` cannot be evaluated over the released columns alone, or the fresh
+    path's checks would refuse it (see the module docstring)."""
+    items = list(d.items)
     if len(items) != len(cached.columns):
         return None
-    rewrite = _Columns(items)
+    rewrite = _Columns(items, _text_lengths(cached), limits)
     having = rewrite(d.having)
     order = None
     if d.order is not None:
@@ -139,14 +163,24 @@ def derive(cached: Result, d: Derivation) -> Result | None:
         accuracy=[cached.accuracy[i] for i in keep] if cached.accuracy else [],
         intervals=[cached.intervals[i] for i in keep] if cached.intervals else [],
         cost=(0.0, 0.0),
-        notes=(*cached.notes, DERIVED_NOTE))
+        notes=(*(n for n in cached.notes if n != CACHED_NOTE), DERIVED_NOTE))
+
+
+def _text_lengths(cached: Result) -> list[int]:
+    """The longest text of each released column (at least a scalar's)."""
+    return [max((len(v) for row in cached.rows
+                 if isinstance(v := row[i], str)), default=0) or SCALAR_TEXT
+            for i in range(len(cached.columns))]
 
 
 class _Columns:
     """Rewrites an expression over select items into one over columns ``c0, c1, ...``."""
 
-    def __init__(self, items: list[exp.Expression]):
+    def __init__(self, items: list[exp.Expression], lengths: list[int],
+                 limits: Limits = DEFAULT):
         self.exprs = [i.unalias() for i in items]
+        self.lengths, self.limits = lengths, limits
+        self.made: dict[int, int] = {}  # id() of each column written here -> its index
         self.names = {}
         for i, item in enumerate(items):
             self.names.setdefault(item.alias_or_name.lower(), set()).add(i)
@@ -160,15 +194,30 @@ class _Columns:
             if not 1 <= k <= len(self.exprs):
                 self.failed = True
                 return None
-            return exp.column(f"c{k - 1}")
+            return self._column(k - 1)
         out = e.copy().transform(self._node)
         for node in out.walk():
+            # only columns written here (a name the analyst spelled c0 is no column of
+            # the answer); only what the fresh path's validation allows
             if isinstance(node, exp.AggFunc | exp.Window | exp.Subquery | exp.Query) or (
-                    isinstance(node, exp.Column) and not (
-                        not node.table and _COLUMN.fullmatch(node.name))):
+                    isinstance(node, exp.Column) and id(node) not in self.made) or (
+                    not isinstance(node, _ALLOWED)):
                 self.failed = True
                 return None
+        try:
+            for node in out.walk():
+                _check_payload(node, None, self.limits)
+            check_value_lengths(out, None, self.limits, length_bounds(
+                out, lambda c: self.lengths[self.made[id(c)]]))
+        except UnsupportedQueryError:
+            self.failed = True
+            return None
         return exp.Try(this=out) if not isinstance(out, exp.Column | exp.Literal) else out
+
+    def _column(self, i: int) -> exp.Column:
+        col = exp.column(f"c{i}")
+        self.made[id(col)] = i
+        return col
 
     def _node(self, node: exp.Expression) -> exp.Expression:
         matches = {i for i, item in enumerate(self.exprs) if node == item}
@@ -178,7 +227,7 @@ class _Columns:
             self.failed = True
             return node
         if matches:
-            return exp.column(f"c{matches.pop()}")
+            return self._column(matches.pop())
         return node
 
 

@@ -123,7 +123,7 @@ class Answering:
         if derivation.post:
             base = self._answers.get(core_key, self._dataset, self._analyst)
             if base is not None:
-                derived = derive(base, derivation)
+                derived = derive(base, derivation, self._catalog.limits)
                 if derived is not None:
                     return derived, None
         return None, core_key if derivation.whole else None

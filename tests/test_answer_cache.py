@@ -299,3 +299,50 @@ def test_core_entries_are_not_counted_as_answers(pums_file, tmp_path):
     conn.execute(QUERY, epsilon=0.5)  # charged; stored as itself and as the core's
     assert clear(ledger_of(conn)) == 2
     assert conn.execute(f"{QUERY} ORDER BY n", epsilon=0.5).cost == (0.5, 0.0)
+
+
+# -- attacks on derivation: a free query may run only what a charged one may ------------
+
+@pytest.mark.parametrize(("post", "refusal"), [
+    # a function the fresh path refuses (validate's allow-list): with a large count it
+    # built gigabytes in the server's memory, free
+    ("HAVING length(repeat(CAST(n AS VARCHAR), 3)) > 0", "repeat"),
+    # a REPLACE chain over the limit on computed values (max_value_length)
+    ("HAVING length(replace(replace(CAST(n AS VARCHAR), '1', '{x}'), '1', '{x}')) > 0",
+     "max_value_length"),
+    # a CAST to a type validate refuses
+    ("ORDER BY CAST(n AS BLOB)", "type"),
+    # FETCH, PERCENT and WITH TIES were dropped: another query answered (16 rows for 1)
+    ("ORDER BY n FETCH FIRST 1 ROWS ONLY", "FETCH"),
+    ("LIMIT 10 PERCENT", "LIMITOPTIONS"),
+    ("ORDER BY n LIMIT 1 WITH TIES", "LIMITOPTIONS"),
+    # c0, c1, ... are derivation's own names for the columns, not the analyst's
+    ("HAVING c1 > 0", "c1"),
+])
+def test_derivation_refuses_what_the_fresh_path_refuses(pums_file, tmp_path, post,
+                                                         refusal):
+    conn = _conn(pums_file, tmp_path)
+    conn.execute(QUERY, epsilon=0.5)
+    before = _ledger_state(conn)
+    with pytest.raises(dpsql.DpsqlError, match=refusal) as info:
+        conn.execute(f"{QUERY} {post.format(x='1' * 900)}", epsilon=0.5)
+    assert not getattr(info.value, "charged", False)
+    assert conn.budget.spent == before[0] == (0.5, 0.0)
+
+
+def test_a_derived_answer_says_derived_not_repeated(pums_file, tmp_path):
+    conn = _conn(pums_file, tmp_path)
+    conn.execute(QUERY, epsilon=0.5)
+    derived = conn.execute(f"{QUERY} ORDER BY n", epsilon=0.5)
+    assert DERIVED_NOTE in derived.notes and CACHED_NOTE not in derived.notes
+
+
+def test_long_released_keys_bound_derived_lengths(pums_file, tmp_path, monkeypatch):
+    """The length bound of a released column is its longest released text."""
+    from dpsql.answer_derive import derive, split
+
+    base = Result(columns=["k", "n"], rows=[("x" * 5000, 1.0), ("y", 2.0)],
+                  accuracy=[(None, 1.0)] * 2, cost=(0.5, 0.0), sql="")
+    q = "SELECT k, COUNT(*) AS n FROM pums GROUP BY k"
+    assert derive(base, split(f"{q} HAVING length(k || k) > 1")) is not None
+    assert derive(base, split(f"{q} HAVING length(k || k || k) > 1")) is None
