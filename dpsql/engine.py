@@ -838,7 +838,7 @@ def statistic_types(plan: Plan, schema: dict[str, str], reports_types: bool = Tr
             whole = all(t is not None and t.split("(")[0].strip().upper() in _INTEGER_TYPES
                         for t in types)
         else:
-            whole = stat.kind in ("count", "users", "distinct")
+            whole = stat.rule.counts
         if whole or stat.mechanism is None or type(stat.mechanism).__name__ == "Constant":
             continue
         stat.integer = False

@@ -1,0 +1,53 @@
+"""Small SQL syntax-tree builders shared by the aggregates and the rewrite passes.
+
+They sit below both (they import sqlglot only), so an aggregate family can write its
+SQL without importing a later stage.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+
+def number(value: float) -> exp.Expression:
+    """A numeric literal; whole floats are written as integers.
+
+    >>> number(-2.0).sql(), number(0.5).sql()
+    ('-2', '0.5')
+    """
+    if float(value).is_integer() and abs(value) < 2**53:
+        value = int(value)
+    elif float(value).is_integer():
+        # a huge whole bound as a float literal (1e+300), not a 301-digit integer
+        # that engines would type beyond their widest integer
+        literal = exp.Literal.number(repr(abs(float(value))))
+        return exp.Neg(this=literal) if value < 0 else literal
+    literal = exp.Literal.number(abs(value))
+    return exp.Neg(this=literal) if value < 0 else literal
+
+
+def clamp(
+    value: exp.Expression, lower: float, upper: float, keep_null: bool = False
+) -> exp.Expression:
+    """``LEAST(GREATEST(value, lower), upper)``; NULL stays NULL when ``keep_null``.
+
+    GREATEST and LEAST skip NULL arguments (DuckDB, PostgreSQL), so a NULL value would
+    become ``lower``; where the value may be NULL and aggregates must ignore it,
+    ``keep_null`` guards the clamp with a CASE.
+
+    >>> clamp(exp.column("x"), 0, 10).sql()
+    'LEAST(GREATEST(x, 0), 10)'
+    >>> clamp(exp.column("x"), 0, 10, keep_null=True).sql()
+    'CASE WHEN x IS NULL THEN NULL ELSE LEAST(GREATEST(x, 0), 10) END'
+    """
+    clamped = exp.Least(
+        this=exp.Greatest(this=value, expressions=[number(lower)], ignore_nulls=True),
+        expressions=[number(upper)],
+        ignore_nulls=True,
+    )
+    if not keep_null:
+        return clamped
+    return exp.Case(
+        ifs=[exp.If(this=exp.Is(this=value.copy(), expression=exp.Null()), true=exp.Null())],
+        default=clamped,
+    )
