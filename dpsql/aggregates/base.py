@@ -175,7 +175,8 @@ class Family:
         """The :class:`~dpsql.analyze.plan.Cell` fields (but its name and aggregate).
 
         ``analysis`` adds the statistics (``stat(kind, arg, interval, center)``, which
-        deduplicates them) and bounds expressions (``interval(arg)``).
+        deduplicates them), bounds expressions (``interval(arg)``) and resolves names
+        (``scope``, a :class:`~dpsql.analyze.scope.Scope`).
         """
         raise NotImplementedError
 

@@ -24,7 +24,8 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from dpsql.aggregates import count, family_for, statistic_rule
+from dpsql.aggregates import family_for, statistic_rule
+from dpsql.aggregates.count import never_null
 from dpsql.aggregates.quantile import within_group as _within_group
 from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import MAX_MAGNITUDE, Interval, bounds
@@ -342,7 +343,7 @@ class _Analysis:
             interval=interval,
             center=center,
             integer=rule.integer(interval, center, self.one_row),
-            nullable=arg is not None and not self._never_null(arg),
+            nullable=arg is not None and not never_null(arg, self.scope.column),
             bins=rule.bins(interval),
         )
         key = candidate.key()
@@ -479,12 +480,6 @@ class _Analysis:
     def interval(self, arg: exp.Expression) -> Interval:
         """The bounds of an aggregate's argument, from the catalog."""
         return bounds(arg, self.scope.column)
-
-    def _count(self, arg: exp.Expression) -> Statistic:
-        return count.rows(self, arg)
-
-    def _never_null(self, e: exp.Expression) -> bool:
-        return count.never_null(e, self.scope.column)
 
 
 def _restrict_domains(a: _Analysis, keys: list[GroupKey], where: exp.Expression | None,
