@@ -25,6 +25,12 @@ answered queries are stored: a query that failed after its charge stores nothing
 asking it again is charged again. Any key difference (ε, options, catalog or its
 ``data_version``, schema, analyst) is a miss, answered afresh and charged.
 
+**Derived answers.** An answer is also stored under its query's *core* (the query
+without HAVING, ORDER BY, LIMIT and OFFSET, when it had none of the first three), so
+that another HAVING/ORDER BY/LIMIT over its released rows is answered from it,
+free (:mod:`dpsql.answer_derive`); such entries' keys start with :data:`CORE_PREFIX`
+and are not counted as answers of their own.
+
 **Staleness is the owner's word.** dpsql never guesses that the data changed: the owner
 bumps ``data_version`` in the catalog (every older entry stops matching) or runs
 ``dpsql cache clear``.
@@ -60,6 +66,9 @@ _log = logging.getLogger("dpsql.owner")
 
 #: Tag of the key's encoding: a new encoding never matches an old entry.
 KEY_VERSION = "dpsql-answer-1"
+#: Start of the keys an answer is stored under a second time, as its query's core's
+#: (:mod:`dpsql.answer_derive`): not counted as answers of their own.
+CORE_PREFIX = "core:"
 #: The note a Result from the cache carries.
 CACHED_NOTE = ("answered from the answer cache: this query was answered before with the "
                "same epsilon, delta and options; the same answer again, nothing was spent")
@@ -120,10 +129,12 @@ class AnswerCache:
         return dataclasses.replace(result, cost=(0.0, 0.0),
                                    notes=(*result.notes, CACHED_NOTE))
 
-    def storer(self, key: str | None, dataset: str, analyst: str, result: Result):
+    def storer(self, key: str | None, dataset: str, analyst: str, result: Result,
+               also_as: str | None = None):
         """What :meth:`dpsql.ledger.Ledger.finish` runs in the outcome's transaction to
-        keep ``result``; None when it cannot be kept (never an error: the answer is
-        released either way)."""
+        keep ``result`` (under ``key``, and ``also_as`` when given: its core's key,
+        :mod:`dpsql.answer_derive`); None when it cannot be kept (never an error: the
+        answer is released either way)."""
         if key is None or not self.enabled:
             return None
         try:
@@ -133,14 +144,17 @@ class AnswerCache:
                          exc)
             return None
 
+        keys = [key] if also_as is None or also_as == key else [key, also_as]
+
         def store(db, prefix: str, mac) -> None:
             db.execute(_table(prefix))
-            db.execute(f"DELETE FROM {prefix}answers WHERE dataset = ? AND analyst = ? "
-                       "AND key = ?", (dataset, analyst, key))
-            db.execute(f"INSERT INTO {prefix}answers VALUES (?, ?, ?, ?, ?, ?)",
-                       (dataset, analyst, key, answer,
-                        datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                        mac("answer", dataset, analyst, key, answer)))
+            for k in keys:
+                db.execute(f"DELETE FROM {prefix}answers WHERE dataset = ? AND analyst = ? "
+                           "AND key = ?", (dataset, analyst, k))
+                db.execute(f"INSERT INTO {prefix}answers VALUES (?, ?, ?, ?, ?, ?)",
+                           (dataset, analyst, k, answer,
+                            datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                            mac("answer", dataset, analyst, k, answer)))
 
         return store
 
@@ -150,7 +164,8 @@ class AnswerCache:
 
     def __len__(self) -> int:
         with self._ledger.side_table() as (db, prefix, _):
-            return db.execute(f"SELECT COUNT(*) FROM {prefix}answers").fetchone()[0]
+            return db.execute(f"SELECT COUNT(*) FROM {prefix}answers WHERE key NOT LIKE "
+                              f"'{CORE_PREFIX}%'").fetchone()[0]
 
 
 def clear(ledger, dataset: str | None = None, analyst: str | None = None) -> int:
@@ -167,8 +182,9 @@ def clear(ledger, dataset: str | None = None, analyst: str | None = None) -> int
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     with ledger.side_table(write=True) as (db, prefix, _):
         db.execute(_table(prefix))
-        n = db.execute(f"SELECT COUNT(*) FROM {prefix}answers{clause}", tuple(args)
-                       ).fetchone()[0]
+        counted = f"{clause} AND" if clause else " WHERE"
+        n = db.execute(f"SELECT COUNT(*) FROM {prefix}answers{counted} key NOT LIKE "
+                       f"'{CORE_PREFIX}%'", tuple(args)).fetchone()[0]
         db.execute(f"DELETE FROM {prefix}answers{clause}", tuple(args))
     return n
 

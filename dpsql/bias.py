@@ -59,11 +59,14 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
+from dpsql.errors import UnsupportedQueryError
+from dpsql.mechanisms import laplace
+from dpsql.mechanisms.gaussian import gaussian
+from dpsql.rewrite.per_user_aggregate import PER_USER, RAW_ROWS, UID
+from dpsql.sqlbuild import number
+
 if TYPE_CHECKING:  # pragma: no cover
     from dpsql.analyze.plan import Plan
-
-#: Column of ``__per_user`` holding a user's rows in a group before the cap.
-RAW_ROWS = "__raw_rows"
 #: Columns of the bias check's query: users, users over max_rows, over max_groups.
 USERS, ROWS_CUT, GROUPS_CUT = "__b_users", "__b_rows", "__b_groups"
 
@@ -104,9 +107,6 @@ def calibrate(check: BiasCheck, epsilon: float | None, rho: float | None) -> Non
     >>> c = BiasCheck(groups=True); calibrate(c, 0.5, None); c.mechanism.scale
     6.0
     """
-    from dpsql.mechanisms import laplace
-    from dpsql.mechanisms.gaussian import gaussian
-
     k = len(check.columns)
     if rho is not None:
         check.rho = rho
@@ -135,10 +135,6 @@ def bias_query(plan: Plan, expression: exp.Select) -> exp.Select | None:
         UnsupportedQueryError: (before the charge) the rewritten query has no per-user
             table to count, which a check that is not free always has.
     """
-    from dpsql.errors import UnsupportedQueryError
-    from dpsql.rewrite._sql import number
-    from dpsql.rewrite.per_user_aggregate import PER_USER, UID
-
     check = plan.bias
     if check is None or check.free:
         return None

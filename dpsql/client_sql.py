@@ -84,7 +84,6 @@ def released_rows(expression: exp.Expression, catalog: Catalog | None) -> exp.Ex
         expression = flat
 
 
-
 def _set_with(flat: exp.Select, outer: list[exp.CTE]) -> None:
     """Gives ``flat`` the outer query's WITH tables, then its own (names must differ)."""
     inner_with = flat.args.get("with_")
@@ -95,40 +94,75 @@ def _set_with(flat: exp.Select, outer: list[exp.CTE]) -> None:
         raise UnsupportedQueryError("two WITH tables have the same name")
     flat.set("with_", exp.With(expressions=rest) if rest else None)
 
+
 def _flatten(outer: exp.Select) -> exp.Select | None:
-    from_ = outer.args.get("from_")
-    if from_ is None or outer.args.get("joins"):
+    """One wrapper written out: ``outer`` as its inner aggregate query with the outer
+    select list, filter, order and limit (see :func:`released_rows`), or None when
+    ``outer`` is not such a wrapper (analysis decides what it is)."""
+    source = _released_source(outer)
+    if source is None:
         return None
-    source = from_.this
-    with_ = outer.args.get("with_")
-    ctes = list(with_.expressions) if with_ is not None else []
-    cte = None
-    if isinstance(source, exp.Subquery) and isinstance(source.this, exp.Select):
-        inner = released_rows(source.this, None)  # a wrapper of a wrapper: inside first
-        alias = source.alias
-    elif isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier) \
-            and not source.args.get("db"):
-        cte = next((c for c in ctes if c.alias_or_name.lower() == source.name.lower()), None)
-        if cte is None or not isinstance(cte.this, exp.Select):
-            return None
-        inner = released_rows(cte.this, None)
-        alias = source.alias or source.name
-    else:
-        return None
+    inner, alias, cte = source
     if not _aggregates(inner) or _own_aggregates(outer) or outer.args.get("group") \
             or outer.args.get("having"):
         return None  # a row-level derived table, or an outer aggregate: analysis decides
     _check_outer(outer)
     outputs = _outputs(inner)
     flat = inner.copy()
+    _carry_with(flat, outer, cte)
+    resolve = _resolver(outputs, alias)
+    items = _outer_items(outer, inner, resolve, alias)
+    _check_no_rebinding(items, inner, outputs, alias)
+    flat.set("expressions", items)
+    _move_filter_and_order(flat, outer, inner, items, resolve, alias)
+    _combine_limits(flat, inner, outer)
+    return flat
+
+
+def _ctes(select: exp.Select) -> list[exp.CTE]:
+    """The WITH tables of ``select`` itself (none: an empty list)."""
+    with_ = select.args.get("with_")
+    return list(with_.expressions) if with_ is not None else []
+
+
+def _released_source(outer: exp.Select) -> tuple[exp.Select, str, exp.CTE | None] | None:
+    """What ``outer`` reads: (the inner query, unwrapped inside first; the name the
+    outer query gives it; the WITH table it names, if one), or None when ``outer``
+    reads anything but one derived table or one of its own WITH tables."""
+    from_ = outer.args.get("from_")
+    if from_ is None or outer.args.get("joins"):
+        return None
+    source = from_.this
+    if isinstance(source, exp.Subquery) and isinstance(source.this, exp.Select):
+        # a wrapper of a wrapper: inside first
+        return released_rows(source.this, None), source.alias, None
+    if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier) \
+            and not source.args.get("db"):
+        cte = next((c for c in _ctes(outer)
+                    if c.alias_or_name.lower() == source.name.lower()), None)
+        if cte is None or not isinstance(cte.this, exp.Select):
+            return None
+        return released_rows(cte.this, None), source.alias or source.name, cte
+    return None
+
+
+def _carry_with(flat: exp.Select, outer: exp.Select, cte: exp.CTE | None) -> None:
+    """Gives ``flat`` the outer query's WITH tables; the flattened one stays only if
+    another WITH table reads it."""
+    ctes = _ctes(outer)
     if cte is not None:
-        # the flattened CTE stays only if another WITH table reads it
         rest = [c.copy() for c in ctes if c is not cte or any(
             t.name.lower() == cte.alias_or_name.lower()
             for o in ctes if o is not cte for t in o.find_all(exp.Table))]
         _set_with(flat, rest)
-    elif with_ is not None:
+    elif outer.args.get("with_") is not None:
         _set_with(flat, [c.copy() for c in ctes])
+
+
+def _resolver(outputs: dict[str, exp.Expression], alias: str
+              ) -> Callable[[exp.Expression], exp.Expression]:
+    """A transform that replaces each column of the outer query by the inner output
+    expression it names; a column that names no single output is refused."""
 
     def resolve(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Column) and not isinstance(node.this, exp.Star):
@@ -149,6 +183,14 @@ def _flatten(outer: exp.Select) -> exp.Select | None:
                 found, exp.Column) else found.copy()
         return node
 
+    return resolve
+
+
+def _outer_items(outer: exp.Select, inner: exp.Select,
+                 resolve: Callable[[exp.Expression], exp.Expression],
+                 alias: str) -> list[exp.Expression]:
+    """The outer select list over the inner outputs, each named as the analyst named
+    it (``*`` is the inner select list)."""
     items = []
     for item in outer.expressions:
         if isinstance(item, exp.Star) or (isinstance(item, exp.Column)
@@ -173,6 +215,16 @@ def _flatten(outer: exp.Select) -> exp.Select | None:
             items.append(exp.alias_(value, name, quoted=quoted))
         else:
             items.append(value)
+    return items
+
+
+def _check_no_rebinding(items: list[exp.Expression], inner: exp.Select,
+                        outputs: dict[str, exp.Expression], alias: str) -> None:
+    """Refuses an outer output name that is also a column inside with another meaning.
+
+    HAVING, ORDER BY or GROUP BY of the written-out query could bind the name to this
+    output instead of the column it names inside: never rebind.
+    """
     inner_names = {c.name.lower() for c in inner.find_all(exp.Column)}
     for item in items:
         name = item.alias_or_name.lower()
@@ -181,12 +233,17 @@ def _flatten(outer: exp.Select) -> exp.Select | None:
         if name in inner_names and not (
                 (isinstance(body, exp.Column) and body.name.lower() == name)
                 or (same is not None and same is not _AMBIGUOUS and same == body)):
-            # HAVING, ORDER BY or GROUP BY of the written-out query could bind the name
-            # to this output instead of the column it names inside: never rebind
             raise UnsupportedQueryError(
                 f"output name {item.alias[:80]!r} is also a column of the query inside "
                 f"{alias!r}: choose another alias")
-    flat.set("expressions", items)
+
+
+def _move_filter_and_order(flat: exp.Select, outer: exp.Select, inner: exp.Select,
+                           items: list[exp.Expression],
+                           resolve: Callable[[exp.Expression], exp.Expression],
+                           alias: str) -> None:
+    """The outer WHERE as (part of) ``flat``'s HAVING, the outer ORDER BY as its order;
+    refused over an inner LIMIT/OFFSET, which picks the rows first."""
     where = outer.args.get("where")
     order = outer.args.get("order")
     if (where is not None or order is not None) and (
@@ -206,8 +263,6 @@ def _flatten(outer: exp.Select) -> exp.Select | None:
         flat.set("order", order.copy().transform(
             lambda n: n if isinstance(n, exp.Column) and not n.table
             and n.name.lower() in mine else resolve(n)))
-    _combine_limits(flat, inner, outer)
-    return flat
 
 
 _AMBIGUOUS = exp.Null()
@@ -230,10 +285,12 @@ def _outputs(inner: exp.Select) -> dict[str, exp.Expression]:
 
 
 def _aggregates(select: exp.Select) -> bool:
+    """Whether ``select`` aggregates (a GROUP BY, or an aggregate of its own)."""
     return bool(select.args.get("group")) or _own_aggregates(select)
 
 
 def _own_aggregates(select: exp.Select) -> bool:
+    """Whether ``select``'s own select list calls an aggregate (not a subquery's)."""
     return any(isinstance(n, exp.AggFunc) and n.find_ancestor(exp.Select) is select
                for item in select.expressions for n in item.walk())
 
@@ -282,6 +339,7 @@ def _combine_limits(flat: exp.Select, inner: exp.Select, outer: exp.Select) -> N
 
 
 def _whole(select: exp.Select, key: str) -> int | None:
+    """The whole-number literal of ``select``'s LIMIT or OFFSET (None: there is none)."""
     node = select.args.get(key)
     if node is None:
         return None

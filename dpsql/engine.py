@@ -32,7 +32,8 @@ from dpsql import stages
 from dpsql.accounting import Cost
 from dpsql.accuracy import predict_outputs, selection_note, selection_summary, statistic_feeds
 from dpsql.analyze import Plan, analyze
-from dpsql.answer_cache import AnswerCache
+from dpsql.answer_cache import CORE_PREFIX, AnswerCache
+from dpsql.answer_derive import derive, split
 from dpsql.backends import Backend, open_backend
 from dpsql.bias import bias_note, bias_query
 from dpsql.bias import release as release_bias
@@ -74,7 +75,7 @@ from dpsql.plan_cache import (
 )
 from dpsql.postprocess import check_postprocess, postprocess, stat_half_width
 from dpsql.result import Explanation, Result
-from dpsql.rewrite import rewrite
+from dpsql.rewrite import EngineTraits, rewrite
 from dpsql.validate import validate
 
 _log = logging.getLogger("dpsql.owner")
@@ -358,7 +359,7 @@ class Connection:
             raise DpsqlError("connection is closed")
         stages.start()
         text = sql if isinstance(sql, str) else repr(sql)
-        answer_key = None
+        answer_key = core_key = None
         try:
             refuse_number(params, "execute")
             alpha = self._check_alpha(alpha)
@@ -372,16 +373,23 @@ class Connection:
             # the caches' key: the text with its parameters bound as literals, the
             # options it carried and every argument, each typed (1, 1.0 and True apart)
             # (None: not cached; a query that reads the clock means another query tomorrow)
+            rest = [repr(sorted((k, typed(v)) for k, v in options.items())),
+                    repr(typed(bias_check))]
             keyed = None if not isinstance(sql, str) or _CLOCK.search(sql) else "\x00".join(
-                [sql, repr(sorted((k, typed(v)) for k, v in options.items())),
-                 repr(typed(bias_check))])
+                [sql, *rest])
             version = self._schema_version()
             if self._answers is not None:
-                answer_key = self._answers.key(
-                    self._dataset, self._analyst, self._catalog_fp, version,
-                    keyed and keyed + "\x00" + repr(typed(intervals)), epsilon, delta, max_groups,
-                    max_rows, mechanism or self._mechanism, alpha)
+                def answer_key_of(text: str | None) -> str | None:
+                    return self._answers.key(
+                        self._dataset, self._analyst, self._catalog_fp, version,
+                        text and "\x00".join([text, *rest, repr(typed(intervals))]),
+                        epsilon, delta, max_groups, max_rows, mechanism or self._mechanism,
+                        alpha)
+
+                answer_key = answer_key_of(keyed and sql)
                 cached = self._answers.get(answer_key, self._dataset, self._analyst)
+                if cached is None and keyed is not None:
+                    cached, core_key = self._derived(sql, answer_key_of)
                 if cached is not None:  # released before: post-processing, free
                     stages.mark("options")
                     return cached
@@ -490,7 +498,7 @@ class Connection:
             raise
         # the released answer goes into the answer cache in the outcome's transaction
         store = None if self._answers is None else self._answers.storer(
-            answer_key, self._dataset, self._analyst, result)
+            answer_key, self._dataset, self._analyst, result, also_as=core_key)
         stages.mark("noise")
         try:
             if store is None:
@@ -501,6 +509,26 @@ class Connection:
             raise QueryCancelled() from None
         stages.mark("ledger")
         return result
+
+    def _derived(self, sql: str, key_of) -> tuple[Result | None, str | None]:
+        """The answer derived from a cached one (:mod:`dpsql.answer_derive`), or None;
+        and the key this query's answer is also stored under (its core's), or None.
+
+        ``key_of(text)`` is the answer cache's key of a query text with this query's
+        options and arguments.
+        """
+        derivation = split(sql)
+        if derivation is None:
+            return None, None
+        core_key = key_of("core:" + derivation.core)
+        core_key = core_key and CORE_PREFIX + core_key
+        if derivation.post:
+            base = self._answers.get(core_key, self._dataset, self._analyst)
+            if base is not None:
+                derived = derive(base, derivation)
+                if derived is not None:
+                    return derived, None
+        return None, core_key if derivation.whole else None
 
     def explain(
         self,
@@ -737,9 +765,9 @@ class Connection:
                     "key, so it must be a PRIMARY KEY or UNIQUE in the database (dpsql "
                     "checks the database, not the catalog); a duplicated key would attach "
                     "one row to two users")
-        plan.reuse_ctes = backend.supports_materialized_ctes
         stages.mark("analysis")
-        expression = rewrite(plan)
+        expression = rewrite(plan, engine=EngineTraits(
+            reuse_ctes=backend.supports_materialized_ctes))
         stages.mark("rewrite")
         return plan, expression, backend
 

@@ -148,3 +148,7 @@ class PlanCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def entries(self) -> list[tuple[tuple, Prepared]]:
+        """``(key, prepared)`` of every cached plan, least recently used first."""
+        return list(self._entries.items())

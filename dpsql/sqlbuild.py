@@ -1,7 +1,6 @@
-"""Small SQL syntax-tree builders shared by the aggregates and the rewrite passes.
+"""Small AST builders shared by the analysis (derived tables' caps) and the rewrite passes.
 
-They sit below both (they import sqlglot only), so an aggregate family can write its
-SQL without importing a later stage.
+A module below both stages, so that the analysis needs nothing of the rewrite.
 """
 
 from __future__ import annotations

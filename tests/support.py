@@ -255,3 +255,42 @@ def checked(conn, plan, expression, backend):
     """The engine's schema and uniqueness checks of a prepared query:
     ``(expression to run, function reading its rows back)``."""
     return _engine_connection(conn)._check(plan, expression, backend)
+
+
+def plan_cache_of(conn):
+    """The :class:`~dpsql.plan_cache.PlanCache` of ``conn`` (its ``hits`` and entries)."""
+    return _engine_connection(conn)._plans
+
+
+# -- the command line, in process ---------------------------------------------------------
+
+class CliRun:
+    """What one command-line call left: ``returncode``, ``stdout``, ``stderr``, as a
+    :class:`subprocess.CompletedProcess` would have it."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def cli(*args, input: str | None = None, check: bool = True) -> CliRun:
+    """``dpsql ARGS`` run in this process through click's test runner.
+
+    About a second faster per call than a subprocess (no interpreter start, no import
+    of dpsql and its dependencies), which is most of the CLI tests' time. What only a
+    real process shows (the installed entry point, a terminal, signals, environment
+    given whole) is tested through :mod:`subprocess` in ``tests/test_cli.py``. An
+    exception the CLI does not turn into a message fails the test with its traceback,
+    where a real process would print it and exit 1.
+    """
+    from click.testing import CliRunner
+
+    from dpsql.cli import main
+
+    result = CliRunner().invoke(main, [str(a) for a in args], input=input,
+                                catch_exceptions=True)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    run = CliRun(result.exit_code, result.stdout, result.stderr)
+    if check:
+        assert run.returncode == 0, run.stderr
+    return run

@@ -15,9 +15,11 @@ from click.testing import CliRunner
 
 import dpsql
 from dpsql.answer_cache import CACHED_NOTE, clear, decode_result, encode_result
+from dpsql.answer_derive import DERIVED_NOTE
 from dpsql.datasets import catalog_path, load_pums
 from dpsql.ledger import Ledger
 from dpsql.result import Result
+from tests.support import backend_of, ledger_of
 
 QUERY = "SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM pums GROUP BY sex"
 
@@ -51,7 +53,7 @@ def _bits(rows):
 
 
 def _ledger_state(conn):
-    led = conn._ledger
+    led = ledger_of(conn)
     return (conn.budget.spent, led.log(limit=1000), led.verify()["entries"])
 
 
@@ -148,8 +150,8 @@ def test_a_failed_query_is_not_cached(pums_file, tmp_path, monkeypatch):
 def test_clear(pums_file, tmp_path):
     conn = _conn(pums_file, tmp_path)
     conn.execute(QUERY, epsilon=0.5)
-    assert clear(conn._ledger, dataset="nope") == 0
-    assert clear(conn._ledger) == 1
+    assert clear(ledger_of(conn), dataset="nope") == 0
+    assert clear(ledger_of(conn)) == 1
     assert conn.execute(QUERY, epsilon=0.5).cost == (0.5, 0.0)
     conn.close()
     from dpsql.cli import main
@@ -220,5 +222,80 @@ def test_postgres_ledger(pums_file, tmp_path):
         again = conn.execute(QUERY, epsilon=0.5)
         assert _bits(again.rows) == _bits(first.rows) and again.cost == (0.0, 0.0)
         assert conn.budget.spent == (0.5, 0.0)
-        assert clear(conn._ledger) == 1
+        assert clear(ledger_of(conn)) == 1
         assert conn.execute(QUERY, epsilon=0.5).cost == (0.5, 0.0)
+
+
+# -- answers derived from a cached one (dpsql.answer_derive) ----------------------------
+
+def _no_backend(conn, monkeypatch):
+    """Any read of the data from now on fails the test."""
+    def refuse(*_a, **_k):
+        raise AssertionError("the backend was asked")
+
+    monkeypatch.setattr(backend_of(conn), "execute", refuse)
+
+
+@pytest.mark.parametrize("post", [
+    "HAVING n > 0 ORDER BY n DESC LIMIT 1",
+    "ORDER BY 3",
+    "HAVING COUNT(*) > 0 AND AVG(income) > -1e12 ORDER BY sex DESC",
+    "ORDER BY avg_income LIMIT 5 OFFSET 1",
+    "HAVING sex = {last}",
+])
+def test_post_processing_of_a_cached_answer_is_free(pums_file, tmp_path, monkeypatch, post):
+    conn = _conn(pums_file, tmp_path)
+    first = conn.execute(QUERY, epsilon=0.5)
+    before = _ledger_state(conn)
+    _no_backend(conn, monkeypatch)
+    last = first.rows[-1][0]
+    post = post.format(last=f"'{last}'" if isinstance(last, str) else last)
+    derived = conn.execute(f"{QUERY} {post}", epsilon=0.5)
+    assert derived.cost == (0.0, 0.0) and DERIVED_NOTE in derived.notes
+    assert _ledger_state(conn) == before  # no charge, no entry
+    # nothing new: each row (values and error bars) is one of the released rows
+    released = dict(zip(_bits(first.rows), first.accuracy, strict=True))
+    for row, acc in zip(_bits(derived.rows), derived.accuracy, strict=True):
+        assert released[row] == acc
+    assert len(derived.rows) <= len(first.rows)
+    if "LIMIT 1" in post:
+        assert derived.rows == [max(first.rows, key=lambda r: r[1])]
+    if "HAVING sex" in post:
+        assert [r[0] for r in derived.rows] == [last]
+    if post == "ORDER BY 3":
+        assert derived.rows == sorted(first.rows, key=lambda r: r[2])
+
+
+@pytest.mark.parametrize(("first_sql", "then"), [
+    # HAVING over an aggregate that was not released: needs the data
+    (QUERY, f"{QUERY} HAVING SUM(income) > 0"),
+    # a column that was not released
+    (QUERY, f"{QUERY} ORDER BY MAX(age)"),
+    # the first answer kept only one row: not every group is there to choose from
+    (f"{QUERY} LIMIT 1", f"{QUERY} ORDER BY n"),
+    (f"{QUERY} HAVING n > 0", f"{QUERY} ORDER BY n"),
+])
+def test_what_is_not_post_processing_of_a_released_answer_is_charged(pums_file, tmp_path,
+                                                                     first_sql, then):
+    conn = _conn(pums_file, tmp_path)
+    conn.execute(first_sql, epsilon=0.5)
+    again = conn.execute(then, epsilon=0.5)
+    assert again.cost == (0.5, 0.0) and DERIVED_NOTE not in again.notes
+
+
+def test_derivation_needs_the_same_epsilon_and_options(pums_file, tmp_path):
+    conn = _conn(pums_file, tmp_path)
+    conn.execute(QUERY, epsilon=0.5)
+    assert conn.execute(f"{QUERY} ORDER BY n", epsilon=0.25).cost == (0.25, 0.0)
+    assert conn.execute(f"{QUERY} ORDER BY n", epsilon=0.5, alpha=0.1).cost == (0.5, 0.0)
+    opts = f"SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (intervals = 1) {QUERY[7:]} ORDER BY n"
+    assert conn.execute(opts, epsilon=0.5).cost == (0.5, 0.0)
+    assert conn.execute(f"{QUERY} ORDER BY n", epsilon=0.5).cost == (0.0, 0.0)
+
+
+def test_core_entries_are_not_counted_as_answers(pums_file, tmp_path):
+    conn = _conn(pums_file, tmp_path)
+    conn.execute(f"{QUERY} LIMIT 1", epsilon=0.5)  # not stored as the core's answer
+    conn.execute(QUERY, epsilon=0.5)  # charged; stored as itself and as the core's
+    assert clear(ledger_of(conn)) == 2
+    assert conn.execute(f"{QUERY} ORDER BY n", epsilon=0.5).cost == (0.5, 0.0)

@@ -222,6 +222,7 @@ def test_tpch_floors_are_dpsqls_bounded_statistics():
     _bounded_matches("tpch", QUICK_TPCH.sizes[0])
 
 
+@pytest.mark.slow  # runs the quick benchmark (tens of seconds)
 def test_overhead_reported(quick):
     out, results = quick
     o = results["overhead"]

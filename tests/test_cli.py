@@ -9,9 +9,16 @@ import sys
 import pytest
 
 from dpsql.datasets import catalog_path
+from tests.support import cli
 
 
 def run(*args, check=True):
+    """``dpsql ARGS`` in this process (see :func:`tests.support.cli`)."""
+    return cli(*args, check=check)
+
+
+def run_process(*args, check=True):
+    """``dpsql ARGS`` through the installed entry point, in a new process."""
     exe = shutil.which("dpsql")
     cmd = [exe, *args] if exe else [sys.executable, "-m", "dpsql.cli", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -56,7 +63,7 @@ def test_catalog_validate_names_the_mistake(tmp_path):
 
 
 def test_help_lists_commands():
-    out = run("--help").stdout
+    out = run_process("--help").stdout
     for command in ("demo", "explain", "catalog"):
         assert command in out
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import yaml
 import dpsql
 from dpsql.datasets import catalog_path, data_path, load_pums
 from dpsql.result import Explanation, Result
+from tests.support import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -32,12 +32,9 @@ def command() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "dpsql.cli"]
 
 
-def run(*args, check=True, input=None, env=None):
-    proc = subprocess.run([*command(), *map(str, args)], capture_output=True, text=True,
-                          timeout=60, input=input, env=env)
-    if check:
-        assert proc.returncode == 0, proc.stderr
-    return proc
+def run(*args, check=True, input=None):
+    """``dpsql ARGS`` in this process (see :func:`tests.support.cli`)."""
+    return cli(*args, input=input, check=check)
 
 
 @pytest.fixture(scope="module")

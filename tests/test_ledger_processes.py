@@ -279,6 +279,7 @@ PG_RACE = textwrap.dedent("""
 
 
 @needs_pg
+@pytest.mark.slow  # processes racing on a server ledger; the SQLite race stays fast
 def test_postgresql_processes_racing_never_overspend(pg_ledger, monkeypatch):
     Ledger(pg_ledger).set_budget("d", (5.0, 0.0))  # exactly 40 charges of 0.125
     procs = [spawn(PG_RACE, pg_ledger, 15) for _ in range(6)]

@@ -12,6 +12,7 @@ import dpsql
 import dpsql.engine as engine
 from dpsql.datasets import catalog_path, load_pums, pums_catalog
 from dpsql.plan_cache import PlanCache, Prepared, catalog_fingerprint, plan_key, typed
+from tests.support import backend_of, plan_cache_of
 
 QUERY = "SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM pums GROUP BY sex"
 
@@ -56,7 +57,7 @@ def test_a_repeated_query_skips_analysis_rewrite_and_checks(pums_file, monkeypat
     assert [r[0] for r in again.rows] == [r[0] for r in first.rows]
     assert again.rows != first.rows  # fresh noise: only the plan is reused
     assert conn.budget.spent == (1.0, 0.0)  # both charged
-    assert conn._plans.hits == 1
+    assert plan_cache_of(conn).hits == 1
 
 
 def test_plan_cache_off_analyses_every_time(pums_file, monkeypatch):
@@ -80,9 +81,9 @@ def test_plan_cache_off_analyses_every_time(pums_file, monkeypatch):
 def test_any_argument_difference_is_a_fresh_analysis(pums_file, first, second):
     conn = _conn(pums_file)
     conn.execute(QUERY, **first)
-    hits = conn._plans.hits
+    hits = plan_cache_of(conn).hits
     conn.execute(QUERY, **second)
-    assert conn._plans.hits == hits, "a different query shared a cached plan"
+    assert plan_cache_of(conn).hits == hits, "a different query shared a cached plan"
 
 
 def test_any_text_difference_is_a_fresh_analysis(pums_file):
@@ -92,7 +93,7 @@ def test_any_text_difference_is_a_fresh_analysis(pums_file):
                   "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5) "
                   + QUERY[len("SELECT "):]):
         conn.execute(other, epsilon=0.5)
-    assert conn._plans.hits == 0
+    assert plan_cache_of(conn).hits == 0
 
 
 def test_a_value_the_analysis_refuses_never_finds_a_cached_plan(pums_file):
@@ -142,21 +143,21 @@ def test_answering_from_a_cached_plan_leaves_it_as_checked(pums_file):
                  s.mechanism.scale) for s in plan.stats]
 
     snapshots = {}
-    for key, prepared in conn._plans._entries.items():
+    for key, prepared in plan_cache_of(conn).entries():
         snapshots[key] = (stats(prepared.plan), prepared.expression.copy(), prepared.sql,
                           repr(prepared.plan), copy.copy(prepared.plan.notes))
     for _ in range(3):
         for sql, kw in queries:
             conn.execute(sql, epsilon=0.5, **kw)
-    assert conn._plans.hits == 3 * len(queries)
+    assert plan_cache_of(conn).hits == 3 * len(queries)
     for key, (statistics, expression, sql, text, notes) in snapshots.items():
-        prepared = conn._plans._entries[key]
+        prepared = dict(plan_cache_of(conn).entries())[key]
         assert prepared.sql == sql
         assert prepared.expression == expression
         assert repr(prepared.plan) == text
         assert stats(prepared.plan) == statistics
         assert prepared.plan.notes == notes
-        assert conn._backend.to_sql(prepared.expression) == sql
+        assert backend_of(conn).to_sql(prepared.expression) == sql
 
 
 def test_a_schema_change_drops_cached_plans(db):
@@ -164,14 +165,14 @@ def test_a_schema_change_drops_cached_plans(db):
     conn = _conn(db)
     conn.execute(QUERY, epsilon=0.5)
     conn.execute(QUERY, epsilon=0.5)
-    assert conn._plans.hits == 1
+    assert plan_cache_of(conn).hits == 1
     db.execute("ALTER TABLE pums ALTER income TYPE VARCHAR")
     with pytest.raises(dpsql.CatalogError, match="income"):
         conn.execute(QUERY, epsilon=0.5)
     assert conn.budget.spent == (1.0, 0.0)  # the refusal charged nothing
     db.execute("ALTER TABLE pums ALTER income TYPE DOUBLE")
     conn.execute(QUERY, epsilon=0.5)
-    assert conn._plans.hits == 1
+    assert plan_cache_of(conn).hits == 1
 
 
 def test_a_collation_change_drops_cached_plans(db):
@@ -180,12 +181,12 @@ def test_a_collation_change_drops_cached_plans(db):
     conn.execute(sql, epsilon=0.5)
     db.execute("SET default_collation = 'nocase'")
     conn.execute(sql, epsilon=0.5)
-    assert conn._plans.hits == 0
+    assert plan_cache_of(conn).hits == 0
 
 
 def test_own_file_schema_is_read_once(pums_file):
     conn = _conn(pums_file)
-    backend = conn._backend
+    backend = backend_of(conn)
     assert backend.schema_version() == backend.schema_version()
     assert backend._schema_version is not None
 
@@ -208,7 +209,7 @@ def test_a_query_that_reads_the_clock_is_never_cached(pums_file, monkeypatch):
     sql = "SELECT COUNT(*) FROM pums WHERE CURRENT_DATE > DATE '2000-01-01'"
     conn.execute(sql, epsilon=0.5)
     conn.execute(sql, epsilon=0.5)
-    assert conn._plans.hits == 0
+    assert plan_cache_of(conn).hits == 0
 
 
 def test_sql_that_is_not_text_is_refused_not_cached(pums_file):

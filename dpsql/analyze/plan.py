@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -125,9 +125,16 @@ class Output:
     cells: tuple[str, ...] = ()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
-    """What one private query computes, at what sensitivity and cost."""
+    """What one private query computes, at what sensitivity and cost.
+
+    Frozen: :func:`dpsql.analyze.analyze` returns it complete, and what the rewrite needs
+    of the engine travels beside it (:class:`dpsql.rewrite.traits.EngineTraits`). Its
+    statistics are still objects the engine may recalibrate before the charge
+    (:func:`dpsql.engine.statistic_types`), and its key, cell and output lists are not
+    copied: nothing writes to them after the analysis.
+    """
 
     sql: str
     table: Table
@@ -152,10 +159,7 @@ class Plan:
     rho: float | None = None
     #: Each user has exactly one row (row privacy, or a unique user key in the database).
     one_row_per_user: bool = False
-    #: The backend computes a CTE referenced several times once (set by the engine from
-    #: the backend's ``supports_materialized_ctes``); it shapes the L0 step's SQL.
-    reuse_ctes: bool = True
-    notes: list[str] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
     #: The public key combinations released when WHERE restricts them
     #: (:class:`~dpsql.analyze.domains.Combinations`); None: the whole product.
     groups: Combinations | None = None

@@ -59,6 +59,8 @@ class Source:
     inner: Scope | None = None
     #: A derived table grouped by the user key alone: one row per user.
     per_user: bool = False
+    #: (table, column) pairs a derived table's own joins need unique in the database.
+    unique: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -156,8 +158,14 @@ def _table(s: Source) -> exp.Expression:
     return table
 
 
+#: Analyses a derived table of FROM: (its catalog table, its bounded SQL, its inner
+#: scope, whether it has one row per user); :func:`dpsql.analyze.derived.derive`.
+Derive = Callable[[exp.Subquery], tuple[Table, exp.Subquery, "Scope", bool]]
+
+
 def build_scope(select: exp.Select, catalog: Catalog,
-                unique: Callable[[str, str], bool] | None = None) -> tuple[Scope, exp.Select]:
+                unique: Callable[[str, str], bool] | None = None,
+                derive: Derive | None = None) -> tuple[Scope, exp.Select]:
     """Resolves FROM and JOINs against the catalog and attaches the user id to rows.
 
     Tables listed with commas (``FROM a, b WHERE a.k = b.k``) are joined on the WHERE
@@ -166,12 +174,16 @@ def build_scope(select: exp.Select, catalog: Catalog,
     ``unique(table, column)`` tells whether the database keeps a column unique and NOT
     NULL; without it no join to a public table can be proven one-to-one.
 
+    ``derive`` analyses each derived table (a subquery in FROM); without it one is
+    refused. :func:`dpsql.analyze.derived.scope_of` passes its own, the one way the
+    analysis reads a FROM clause.
+
     Returns:
         The scope, and the SELECT with those equalities taken out of WHERE.
     """
-    sources = [_source(select.args["from_"].this, catalog, "from", None, unique)]
+    sources = [_source(select.args["from_"].this, catalog, "from", None, derive)]
     for join in select.args.get("joins") or []:
-        sources.append(_join(join, catalog, unique))
+        sources.append(_join(join, catalog, derive))
     seen = set()
     for s in sources:
         if s.alias in seen:
@@ -179,7 +191,7 @@ def build_scope(select: exp.Select, catalog: Catalog,
         seen.add(s.alias)
     scope = Scope(sources)
     for s in sources:
-        scope.unique.extend(getattr(s, "unique", []))
+        scope.unique.extend(s.unique)
     if len(sources) == 1 and not sources[0].table.user_path:
         _single(scope)
         return scope, select
@@ -228,18 +240,17 @@ def _comma_joins(select: exp.Select, scope: Scope) -> exp.Select:
     return select
 
 
-def _source(node: exp.Expression, catalog: Catalog, kind: str, on, unique=None) -> Source:
+def _source(node: exp.Expression, catalog: Catalog, kind: str, on,
+            derive: Derive | None = None) -> Source:
     if isinstance(node, exp.Subquery):
-        from dpsql.analyze.derived import derive
-
-        table, sql, inner, per_user = derive(node, catalog, unique)
+        if derive is None:
+            raise UnsupportedQueryError("a subquery in FROM is not supported here")
+        table, sql, inner, per_user = derive(node)
         alias = sql.alias.lower()  # the SQL's alias; table.name is a fresh internal name
-        source = Source(alias, table, kind, on, derived=sql,
-                        reads=[s.table for s in inner.sources if s.derived is None]
-                        + [t for s in inner.sources for t in s.reads], inner=inner,
-                        per_user=per_user)
-        source.unique = inner.unique
-        return source
+        return Source(alias, table, kind, on, derived=sql,
+                      reads=[s.table for s in inner.sources if s.derived is None]
+                      + [t for s in inner.sources for t in s.reads], inner=inner,
+                      per_user=per_user, unique=inner.unique)
     if not isinstance(node, exp.Table):
         raise UnsupportedQueryError("only tables and subqueries can be read in FROM")
     name = node.name.lower()
@@ -252,7 +263,7 @@ def _source(node: exp.Expression, catalog: Catalog, kind: str, on, unique=None) 
     return Source(alias, catalog.table(name), kind, on)
 
 
-def _join(join: exp.Join, catalog: Catalog, unique=None) -> Source:
+def _join(join: exp.Join, catalog: Catalog, derive: Derive | None = None) -> Source:
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()
     if kind == "CROSS" or (side and not join.args.get("on") and not join.args.get("using")):
@@ -271,7 +282,7 @@ def _join(join: exp.Join, catalog: Catalog, unique=None) -> Source:
     on = join.args.get("on")
     if join.args.get("using"):
         raise UnsupportedQueryError("JOIN ... USING is not supported yet: write JOIN ... ON")
-    return _source(join.this, catalog, "left" if side == "LEFT" else "inner", on, unique)
+    return _source(join.this, catalog, "left" if side == "LEFT" else "inner", on, derive)
 
 
 def _qualify_on(on: exp.Expression, scope: Scope) -> exp.Expression:
@@ -299,6 +310,21 @@ def _single(scope: Scope) -> None:
 
 
 def _attach_users(scope: Scope, catalog: Catalog, unique=None) -> None:
+    """Checks that every joined row belongs to one user, and finds that user's id.
+
+    The joins are checked (:func:`_check_private_joins`), the private tables linked to
+    one user (:func:`_link_users`), and the user id of every row read through hidden
+    joins where a foreign-key path leads to it (:func:`_attach_user_ids`).
+    """
+    _check_private_joins(scope)
+    if any(s.table.row_privacy for s in scope.private):
+        _one_to_one_public_joins(scope, unique)
+    via_path = _link_users(scope)
+    _attach_user_ids(scope, catalog, via_path)
+
+
+def _check_private_joins(scope: Scope) -> None:
+    """Refuses FROM clauses whose rows cannot all belong to a user (module docstring)."""
     private = scope.private
     if not private:
         raise UnsupportedQueryError(
@@ -315,11 +341,15 @@ def _attach_users(scope: Scope, catalog: Catalog, unique=None) -> None:
                     f"LEFT JOIN brings in private table {s.table.name!r} with no private "
                     "table on its left: rows without a match would belong to no user")
 
-    if any(s.table.row_privacy for s in private):
-        _one_to_one_public_joins(scope, unique)
 
-    # union-find over private sources that provably carry the same user (see
-    # _same_user_equalities for which conditions count)
+def _link_users(scope: Scope) -> dict[str, Source]:
+    """Proves that the private tables carry one user; refused otherwise.
+
+    A union-find over the private sources that provably carry the same user (see
+    :func:`_same_user_equalities` for which conditions count). Returns, per alias, the
+    source through which its user id is read when a foreign-key step leads there.
+    """
+    private = scope.private
     parent = {s.alias: s.alias for s in private}
 
     def find(a):
@@ -368,7 +398,15 @@ def _attach_users(scope: Scope, catalog: Catalog, unique=None) -> None:
             "the user key (e.g. a.pid = b.pid) or along the catalog's foreign-key path, so "
             "that no joined row mixes two users (a condition in a LEFT JOIN's ON links "
             "only the table that LEFT JOIN brings in)")
+    return via_path
 
+
+def _attach_user_ids(scope: Scope, catalog: Catalog, via_path: dict[str, Source]) -> None:
+    """Sets the scope's user id, adding hidden joins along foreign-key paths.
+
+    Each hidden step joins columns of one exact type, and its referenced column must be
+    unique in the database (recorded in ``scope.unique``, checked by the engine).
+    """
     hidden: list[Source] = []
     resolved: dict[str, exp.Column | None] = {}
 
@@ -383,29 +421,12 @@ def _attach_users(scope: Scope, catalog: Catalog, unique=None) -> None:
             uid = exp.column(s.table.user_key, table=s.alias)
         elif s.alias in via_path:
             uid = uid_of(via_path[s.alias], depth + 1)
-        else:  # hidden joins along the path
-            prev = s
-            steps = s.table.user_path
-            for col, ref_table, ref_col in steps[:-1]:
-                alias = f"__u{len(hidden)}"
-                target = catalog.table(ref_table)
-                types = {prev.table.column(col).type, target.column(ref_col).type}
-                if len(types) != 1 or not types <= set(EXACT_TYPES):
-                    raise UnsupportedQueryError(
-                        f"the foreign-key step {prev.table.name}.{col} -> {ref_table}."
-                        f"{ref_col} joins columns of types {' and '.join(sorted(types))}: "
-                        "a user is attached only through equal values of one exact type")
-                on = exp.EQ(this=exp.column(col, table=prev.alias),
-                            expression=exp.column(ref_col, table=alias))
-                h = Source(alias, target, "left" if s.kind == "left" else "inner", on,
-                           hidden=True)
-                hidden.append(h)
-                scope.unique.append((target.name, ref_col))
-                prev = h
-            uid = exp.column(steps[-1][0], table=prev.alias)
+        else:
+            uid = _hidden_path(scope, catalog, s, hidden)
         resolved[s.alias] = uid
         return uid
 
+    private = scope.private
     for s in private:
         uid_of(s)
         if isinstance(s.table.user_key, str):
@@ -420,6 +441,30 @@ def _attach_users(scope: Scope, catalog: Catalog, unique=None) -> None:
         ordered.append(s)
         ordered.extend(h for h in hidden if _needs(h, s, hidden))
     scope.sources = ordered
+
+
+def _hidden_path(scope: Scope, catalog: Catalog, s: Source,
+                 hidden: list[Source]) -> exp.Column:
+    """The user id of ``s``'s rows, read through hidden joins along its foreign-key path
+    (appended to ``hidden``)."""
+    prev = s
+    steps = s.table.user_path
+    for col, ref_table, ref_col in steps[:-1]:
+        alias = f"__u{len(hidden)}"
+        target = catalog.table(ref_table)
+        types = {prev.table.column(col).type, target.column(ref_col).type}
+        if len(types) != 1 or not types <= set(EXACT_TYPES):
+            raise UnsupportedQueryError(
+                f"the foreign-key step {prev.table.name}.{col} -> {ref_table}."
+                f"{ref_col} joins columns of types {' and '.join(sorted(types))}: "
+                "a user is attached only through equal values of one exact type")
+        on = exp.EQ(this=exp.column(col, table=prev.alias),
+                    expression=exp.column(ref_col, table=alias))
+        h = Source(alias, target, "left" if s.kind == "left" else "inner", on, hidden=True)
+        hidden.append(h)
+        scope.unique.append((target.name, ref_col))
+        prev = h
+    return exp.column(steps[-1][0], table=prev.alias)
 
 
 def _same_user_equalities(scope: Scope):

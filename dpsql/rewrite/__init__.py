@@ -2,10 +2,16 @@
 
 Each pass is one module with one public function named after it, ``(Expr, Plan) ->
 Expr``; :data:`RULES` lists them in the order they run, starting from the plain
-statistics query of :func:`statistics_query`.
+statistics query of :func:`statistics_query`. A pass that writes its SQL differently
+per engine also names an ``engine`` parameter and gets the
+:class:`~dpsql.rewrite.traits.EngineTraits` (as sqlglot's optimizer hands each rule
+the keyword arguments it names).
 """
 
 from __future__ import annotations
+
+import functools
+import inspect
 
 from sqlglot import exp
 
@@ -17,6 +23,7 @@ from dpsql.rewrite.guard_errors import guard_errors
 from dpsql.rewrite.per_user_aggregate import per_user_aggregate
 from dpsql.rewrite.restrict_domains import restrict_domains
 from dpsql.rewrite.statistics_query import statistics_query
+from dpsql.rewrite.traits import DEFAULT, EngineTraits
 
 #: The passes in order. ``guard_errors`` comes last: over the final tree, including what
 #: the earlier passes copied or wrote, it refuses what no engine's guard can catch; the
@@ -31,12 +38,28 @@ RULES = (
 )
 
 
-def rewrite(plan: Plan, rules=RULES) -> exp.Select:
-    """Runs the passes in order on the plan's statistics query."""
+def rewrite(plan: Plan, rules=RULES, engine: EngineTraits = DEFAULT) -> exp.Select:
+    """Runs the passes in order on the plan's statistics query.
+
+    Args:
+        plan: the analysis' plan (read, never changed).
+        rules: the passes, in order.
+        engine: the traits of the engine that runs the SQL, for the passes that name an
+            ``engine`` parameter.
+    """
     expression = statistics_query(plan)
     for rule in rules:
-        expression = rule(expression, plan)
+        if _names_engine(rule):
+            expression = rule(expression, plan, engine=engine)
+        else:
+            expression = rule(expression, plan)
     return expression
 
 
-__all__ = ["RULES", "rewrite", "statistics_query", *[r.__name__ for r in RULES]]
+@functools.cache
+def _names_engine(rule) -> bool:
+    return "engine" in inspect.signature(rule).parameters
+
+
+__all__ = ["RULES", "EngineTraits", "rewrite", "statistics_query",
+           *[r.__name__ for r in RULES]]

@@ -1,6 +1,4 @@
-"""Small AST builders shared by the rewrite passes (kept in :mod:`dpsql.sqlbuild`)."""
-
-from __future__ import annotations
+"""The AST builders of :mod:`dpsql.sqlbuild`, under the name the rewrite passes import."""
 
 from dpsql.sqlbuild import clamp, number
 

@@ -9,8 +9,9 @@ per-user table, not over raw rows.
 
 How it is cheap: a window over the whole per-user table costs DuckDB 2–3× the per-user
 aggregate itself, yet most users usually stay within the bound and keep all their
-groups anyway. So where the backend computes a CTE referenced several times once, the
-users over the bound are found first with a hash aggregate (``__over``), every other
+groups anyway. So where the backend computes a CTE referenced several times once
+(``engine.reuse_ctes``, :class:`~dpsql.rewrite.traits.EngineTraits`), the users over
+the bound are found first with a hash aggregate (``__over``), every other
 user's rows pass as they are, and only the users over the bound (and the rows whose
 user id is NULL, one pseudo-user, as before) go through the window. The result is the
 same set of rows as the window over everyone; measured on 2M rows of 1M people with one
@@ -26,12 +27,14 @@ from sqlglot import exp
 from dpsql.analyze.plan import Plan
 from dpsql.rewrite._sql import number
 from dpsql.rewrite.per_user_aggregate import PER_USER, UID
+from dpsql.rewrite.traits import DEFAULT, EngineTraits
 
 BOUNDED = "__bounded"
 OVER = "__over"
 
 
-def bound_groups(expression: exp.Select, plan: Plan) -> exp.Select:
+def bound_groups(expression: exp.Select, plan: Plan,
+                 engine: EngineTraits = DEFAULT) -> exp.Select:
     """Inserts ``__bounded`` between the per-user CTE and the outer aggregate.
 
     >>> from dpsql.engine import _demo_plan
@@ -89,7 +92,7 @@ def bound_groups(expression: exp.Select, plan: Plan) -> exp.Select:
     )
     G = int(plan.max_groups)
     ranked = exp.select(exp.Star(), exp.alias_(rank, "__rank")).from_(PER_USER)
-    if plan.reuse_ctes:
+    if engine.reuse_ctes:
         over = (exp.select(UID).from_(PER_USER)
                 .where(sqlglot.condition(f"NOT {UID} IS NULL"))
                 .group_by(UID).having(sqlglot.condition(f"COUNT(*) > {G}")))
@@ -104,7 +107,7 @@ def bound_groups(expression: exp.Select, plan: Plan) -> exp.Select:
         .from_(ranked.subquery("__ranked"))
         .where(sqlglot.condition(f"__rank <= {G}"))
     )
-    if plan.reuse_ctes:
+    if engine.reuse_ctes:
         bounded = exp.union(within, bounded, distinct=False)
     expression = expression.with_(BOUNDED, as_=bounded, copy=False)
     expression.set("from_", exp.From(this=exp.to_table(BOUNDED)))

@@ -21,10 +21,12 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
-from dpsql.bias import RAW_ROWS
 from dpsql.rewrite._sql import number
 
 UID = "__uid"
+#: Column of ``__per_user`` holding a user's rows in a group before the cap, read only by
+#: the bias check's own query (:func:`dpsql.bias.bias_query`).
+RAW_ROWS = "__raw_rows"
 PER_USER = "__per_user"
 #: Column of a user's distinct values in :func:`values_table`.
 VALUE = "__v"

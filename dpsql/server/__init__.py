@@ -11,9 +11,16 @@ Modules:
   store, failed-login throttling, a self-signed certificate for a local trial;
 * :mod:`~dpsql.server.config`: the owner's YAML config and its check;
 * :mod:`~dpsql.server.catalog_sql`: answers to ``pg_catalog`` / ``information_schema``
-  probes from an in-memory DuckDB that holds only the catalog's empty tables;
-* :mod:`~dpsql.server.session`: one connection's state (settings, statements, portals);
-* :mod:`~dpsql.server.server`: the asyncio accept loop, limits and cancellation;
+  probes from an in-memory DuckDB that holds only the catalog's empty tables
+  (:mod:`~dpsql.server.catalog_db` builds it, :mod:`~dpsql.server.catalog_rewrite`
+  turns a probe into its SQL, :mod:`~dpsql.server.catalog_functions` allow-lists calls);
+* :mod:`~dpsql.server.session`: one connection's state and how each statement is
+  answered (:mod:`~dpsql.server.commands`: SET, SHOW, BEGIN...;
+  :mod:`~dpsql.server.settings`, :mod:`~dpsql.server.parameters`,
+  :mod:`~dpsql.server.statements`, :mod:`~dpsql.server.sqlstate`: errors as SQLSTATEs);
+* :mod:`~dpsql.server.server`: the asyncio accept loop, login, limits and cancellation
+  (:mod:`~dpsql.server.extended`: Parse/Bind/Describe/Execute/Close;
+  :mod:`~dpsql.server.replies`: outcomes as messages);
 * :mod:`~dpsql.server.cli`: ``dpsql serve`` and ``dpsql user``.
 """
 

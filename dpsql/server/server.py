@@ -26,16 +26,12 @@ from dpsql.server import protocol as pg
 from dpsql.server.auth import MECHANISM, ScramExchange, Throttle, VerifierStore
 from dpsql.server.catalog_sql import ProbeDB
 from dpsql.server.config import ServerConfig, open_ledger
-from dpsql.server.session import (
-    Outcome,
-    Portal,
-    Prepared,
-    QueryError,
-    Session,
-    as_query_error,
-    coerce,
-    default_settings,
-)
+from dpsql.server.extended import Extended
+from dpsql.server.replies import encode_outcome
+from dpsql.server.session import Session
+from dpsql.server.settings import REPORTED, default_settings
+from dpsql.server.sqlstate import QueryError, as_query_error
+from dpsql.server.statements import Outcome, split_statements
 from dpsql.text import escape
 
 _log = logging.getLogger("dpsql.server")
@@ -96,6 +92,7 @@ class Server:
         self.address: tuple[str, int] | None = None
 
     async def start(self) -> tuple[str, int]:
+        """Starts listening; returns the bound (host, port)."""
         self._server = await asyncio.start_server(
             self._handle, self.config.host, self.config.port,
             limit=self.config.limits.max_message_bytes + 1024)
@@ -106,12 +103,14 @@ class Server:
         return self.address
 
     async def serve_forever(self) -> None:
+        """Serves until cancelled (starts listening first if need be)."""
         if self._server is None:
             await self.start()
         async with self._server:
             await self._server.serve_forever()
 
     async def close(self) -> None:
+        """Stops listening, cancels every running query, stops the workers."""
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -121,99 +120,39 @@ class Server:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
     def _pid(self) -> int:
+        """A random process id no open connection has (the cancel key's first half)."""
         while True:
             pid = secrets.randbelow(2**31 - 2) + 1
             if pid not in self.conns:
                 return pid
 
     async def _run(self, fn, *args) -> Any:
+        """Runs ``fn(*args)`` on a worker thread."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, fn, *args)
 
     # -- one connection ---------------------------------------------------------------
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        """One connection, from accept to close: admission, login, the session, its
+        messages; whatever happens, it is counted out and its session closed."""
         peer = writer.get_extra_info("peername")
         conn = _Conn(self._pid(), secrets.randbits(31), peer=str(peer[0]) if peer else "?")
+        if not await self._admit(writer, conn):
+            return
+        handshake = _Handshake(self, conn)
         counted = False
-        limits = self.config.limits
-        # connections still authenticating count toward max_connections, and one
-        # address may hold only a few of them
-        if len(self.conns) + self.handshakes >= limits.max_connections:
-            await self._fatal(writer, "53300", "sorry, too many clients already")
-            with contextlib.suppress(Exception):
-                writer.close()
-            return
-        if self.handshakes_per_address.get(conn.peer, 0) >= \
-                limits.max_handshakes_per_address:
-            await self._fatal(writer, "53300", "too many connections authenticating from "
-                              "this address")
-            with contextlib.suppress(Exception):
-                writer.close()
-            return
-        self.handshakes += 1
-        self.handshakes_per_address[conn.peer] = \
-            self.handshakes_per_address.get(conn.peer, 0) + 1
-        handshaking = True
-
-        def handshake_done() -> None:
-            nonlocal handshaking
-            if handshaking:
-                handshaking = False
-                self.handshakes -= 1
-                left = self.handshakes_per_address[conn.peer] - 1
-                if left:
-                    self.handshakes_per_address[conn.peer] = left
-                else:
-                    del self.handshakes_per_address[conn.peer]
-                if conn.auth_pending is not None:  # gone or timed out mid-exchange
-                    self.throttle.failed(conn.peer, conn.auth_pending)
-                    conn.auth_pending = None
-
         try:
-            try:
-                startup = await asyncio.wait_for(self._startup(reader, writer, conn),
-                                                 limits.auth_timeout_seconds)
-            except TimeoutError:
-                handshake_done()
-                await self._fatal(writer, "08006", "authentication timed out")
-                return
-            finally:
-                handshake_done()
+            startup = await self._login(reader, writer, conn, handshake)
             if startup is None:
                 return
             reader, writer, params = startup
-            if len(self.conns) >= limits.max_connections:
-                await self._fatal(writer, "53300", "sorry, too many clients already")
+            if not await self._count_in(writer, conn):
                 return
-            login = conn.login
-            if self.per_login.get(login, 0) >= limits.max_connections_per_login:
-                await self._fatal(writer, "53300",
-                                  f"too many connections for login {login!r}")
-                return
-            self.conns[conn.pid] = conn
-            self.per_login[login] = self.per_login.get(login, 0) + 1
             counted = True
-            try:
-                conn.session = await self._run(
-                    lambda: Session(self.config.database, str(self.config.catalog),
-                                    self.ledger, login, self.probe_db, params,
-                                    self.config.session))
-            except Exception as exc:  # noqa: BLE001 - reported to the client, logged
-                err = as_query_error(exc)
-                _log.error("session for %s failed to open: %s", escape(login), escape(exc))
-                await self._fatal(writer, err.code, err.message)
+            if not await self._open_session(writer, conn, params):
                 return
-            out = [pg.auth(0)]
-            settings = conn.session.settings
-            out += [pg.parameter_status(k, settings[k]) for k in
-                    ("server_version", "server_encoding", "client_encoding", "DateStyle",
-                     "TimeZone", "integer_datetimes", "standard_conforming_strings",
-                     "application_name", "is_superuser", "session_authorization",
-                     "IntervalStyle")]
-            out += [pg.backend_key(conn.pid, conn.secret), pg.ready("I")]
-            writer.write(b"".join(out))
-            await writer.drain()
+            await self._greet(writer, conn)
             await self._loop(reader, writer, conn)
         except ProtocolError as exc:
             await self._fatal(writer, "08P01", str(exc))
@@ -224,21 +163,96 @@ class Server:
                            escape(type(exc).__name__))
             await self._fatal(writer, "XX000", "internal error; the session is closed")
         finally:
-            handshake_done()
-            if counted:
-                self.conns.pop(conn.pid, None)
-                self.per_login[conn.login] -= 1
-                if not self.per_login[conn.login]:
-                    del self.per_login[conn.login]
-            if conn.session is not None:
-                session = conn.session
-                session.cancel()
-                with contextlib.suppress(Exception):  # closing is best effort
-                    await self._run(session.close)
-            with contextlib.suppress(Exception):
-                writer.close()
+            handshake.done()
+            await self._release(writer, conn, counted)
+
+    async def _admit(self, writer, conn: _Conn) -> bool:
+        """Whether a new connection may start authenticating: connections still
+        authenticating count toward max_connections, and one address may hold only a
+        few of them. A refused one is told why and closed."""
+        limits = self.config.limits
+        if len(self.conns) + self.handshakes >= limits.max_connections:
+            message = "sorry, too many clients already"
+        elif self.handshakes_per_address.get(conn.peer, 0) >= \
+                limits.max_handshakes_per_address:
+            message = "too many connections authenticating from this address"
+        else:
+            return True
+        await self._fatal(writer, "53300", message)
+        with contextlib.suppress(Exception):
+            writer.close()
+        return False
+
+    async def _login(self, reader, writer, conn: _Conn, handshake: _Handshake):
+        """Startup and login within the time limit; returns (reader, writer, params),
+        or None when the connection ends here. The handshake is done either way."""
+        try:
+            return await asyncio.wait_for(self._startup(reader, writer, conn),
+                                          self.config.limits.auth_timeout_seconds)
+        except TimeoutError:
+            handshake.done()
+            await self._fatal(writer, "08006", "authentication timed out")
+            return None
+        finally:
+            handshake.done()
+
+    async def _count_in(self, writer, conn: _Conn) -> bool:
+        """Counts a logged-in connection, within max_connections and the login's own
+        limit; a connection over either is told why (and not counted)."""
+        limits = self.config.limits
+        if len(self.conns) >= limits.max_connections:
+            await self._fatal(writer, "53300", "sorry, too many clients already")
+            return False
+        login = conn.login
+        if self.per_login.get(login, 0) >= limits.max_connections_per_login:
+            await self._fatal(writer, "53300", f"too many connections for login {login!r}")
+            return False
+        self.conns[conn.pid] = conn
+        self.per_login[login] = self.per_login.get(login, 0) + 1
+        return True
+
+    async def _open_session(self, writer, conn: _Conn, params: dict[str, str]) -> bool:
+        """Opens the login's session (on a worker); a failure is told to the client in
+        dpsql's words and logged for the owner."""
+        login = conn.login
+        try:
+            conn.session = await self._run(
+                lambda: Session(self.config.database, str(self.config.catalog),
+                                self.ledger, login, self.probe_db, params,
+                                self.config.session))
+        except Exception as exc:  # noqa: BLE001 - reported to the client, logged
+            err = as_query_error(exc)
+            _log.error("session for %s failed to open: %s", escape(login), escape(exc))
+            await self._fatal(writer, err.code, err.message)
+            return False
+        return True
+
+    async def _greet(self, writer, conn: _Conn) -> None:
+        """AuthenticationOk, the reported settings, the cancel key, ReadyForQuery."""
+        settings = conn.session.settings
+        out = [pg.auth(0)]
+        out += [pg.parameter_status(k, settings[k]) for k in REPORTED]
+        out += [pg.backend_key(conn.pid, conn.secret), pg.ready("I")]
+        writer.write(b"".join(out))
+        await writer.drain()
+
+    async def _release(self, writer, conn: _Conn, counted: bool) -> None:
+        """Counts a connection out, cancels and closes its session, closes the socket."""
+        if counted:
+            self.conns.pop(conn.pid, None)
+            self.per_login[conn.login] -= 1
+            if not self.per_login[conn.login]:
+                del self.per_login[conn.login]
+        if conn.session is not None:
+            session = conn.session
+            session.cancel()
+            with contextlib.suppress(Exception):  # closing is best effort
+                await self._run(session.close)
+        with contextlib.suppress(Exception):
+            writer.close()
 
     async def _fatal(self, writer, code: str, message: str) -> None:
+        """Sends a FATAL ErrorResponse, if the client is still there."""
         try:
             writer.write(pg.error(code, message, severity="FATAL"))
             await writer.drain()
@@ -297,6 +311,8 @@ class Server:
                 del self._login_locks[login]
 
     async def _authenticate(self, reader, writer, conn: _Conn, login: str, params):
+        """SCRAM-SHA-256 for ``login``, throttled; a failure waits and says the same
+        whether the login exists or not. Returns (reader, writer, params) or None."""
         delay = self.throttle.delay(conn.peer, login)
         if delay:
             await asyncio.sleep(delay)
@@ -343,6 +359,7 @@ class Server:
         return reader, writer, params
 
     def _cancel(self, pid: int, secret: int) -> None:
+        """A CancelRequest: stops the query of the connection whose key it carries."""
         conn = self.conns.get(pid)
         # a wrong key is ignored silently, as PostgreSQL does (no oracle for pids)
         if conn is None or not hmac.compare_digest(struct.pack("!i", conn.secret),
@@ -354,8 +371,11 @@ class Server:
     # -- the message loop ---------------------------------------------------------------
 
     async def _loop(self, reader, writer, conn: _Conn) -> None:
+        """A logged-in connection's messages until Terminate, idle timeout or EOF."""
         limits = self.config.limits
         session = conn.session
+        extended = Extended(session, lambda fn, *args: self._watched(reader, session, fn, *args),
+                            limits.max_suspended_portals)
         skipping = False  # after an error in the extended protocol: until Sync
         while True:
             try:
@@ -383,7 +403,7 @@ class Server:
             if skipping:
                 continue
             try:
-                out = await self._extended(reader, kind, body, session)
+                out = await extended.handle(kind, body)
                 writer.write(out)
             except QueryError as err:
                 if session.txn == "T":
@@ -404,6 +424,7 @@ class Server:
                 session.cancel()
 
     async def _simple(self, reader, writer, session: Session, text: str) -> None:
+        """A simple Query: each statement answered in turn, up to the first error."""
         statements = split_statements(text)
         if not statements:
             writer.write(pg.EMPTY_QUERY + pg.ready(session.txn))
@@ -417,186 +438,38 @@ class Server:
                     session.txn = "E"
                 writer.write(pg.error(err.code, err.message, hint=err.hint))
                 break
-            writer.write(self._send(outcome, None, None))
+            writer.write(encode_outcome(outcome, None, None))
         writer.write(pg.ready(session.txn))
         await writer.drain()
 
-    def _send(self, outcome: Outcome, formats: list[int] | None, portal: Portal | None,
-              max_rows: int = 0, describe: bool = True) -> bytes:
-        out = [pg.notice(n) for n in outcome.notices]
-        out += [pg.parameter_status(k, v) for k, v in outcome.status]
-        if outcome.tag == "EMPTY":
-            return b"".join(out) + pg.EMPTY_QUERY
-        if outcome.columns is None:
-            return b"".join(out) + pg.command_complete(outcome.tag)
-        oids = [oid for _, oid in outcome.columns]
-        fmts = formats if formats is not None else [0] * len(oids)
-        if describe:
-            out.append(pg.row_description(outcome.columns, fmts))
-        start = portal.sent if portal is not None else 0
-        rows = outcome.rows[start:]
-        if max_rows > 0:
-            rows = rows[:max_rows]
-        for row in rows:
-            out.append(pg.data_row(encode_row(row, oids, fmts)))
-        if portal is not None:
-            portal.sent += len(rows)
-            if max_rows > 0 and portal.sent < len(outcome.rows):
-                out.append(pg.PORTAL_SUSPENDED)
-                return b"".join(out)
-        tag = outcome.tag if not outcome.tag.startswith("SELECT") else f"SELECT {len(rows)}"
-        if portal is not None and outcome.tag.startswith("SELECT"):
-            tag = f"SELECT {portal.sent}"
-            # a portal run to completion keeps no rows (executing it again sends none,
-            # as in PostgreSQL)
-            outcome.rows = []
-            portal.sent = 0
-        out.append(pg.command_complete(tag))
-        return b"".join(out)
 
-    async def _extended(self, reader, kind: bytes, body: bytes, session: Session) -> bytes:
-        r = pg.Reader(body)
-        if kind == b"P":
-            name, sql, n = r.cstr(), r.cstr(), r.int16()
-            if n < 0:
-                raise ProtocolError("negative parameter count")
-            oids = [r.int32() for _ in range(n)]
-            if name and name in session.statements:
-                raise QueryError("42P05", f'prepared statement "{name}" already exists')
-            if sql.count(";") and len(split_statements(sql)) > 1:
-                raise QueryError("42601", "cannot insert multiple commands into a prepared "
-                                 "statement")
-            prepared = Prepared(sql, oids)
-            prepared.inferred = session.param_types(sql, oids)
-            session.statements[name] = prepared
-            return pg.PARSE_COMPLETE
-        if kind == b"B":
-            portal_name, stmt_name = r.cstr(), r.cstr()
-            nf = r.int16()
-            fmts = [r.int16() for _ in range(max(nf, 0))]
-            n = r.int16()
-            if n < 0 or nf < 0:
-                raise ProtocolError("negative count in Bind")
-            raw = [r.value() for _ in range(n)]
-            nr = r.int16()
-            result_formats = [r.int16() for _ in range(max(nr, 0))]
-            prepared = session.statements.get(stmt_name)
-            if prepared is None:
-                raise QueryError("26000", f'prepared statement "{stmt_name}" does not exist')
-            param_formats = pg.formats_for(fmts, n)
-            types = prepared.inferred + [0] * (n - len(prepared.inferred))
-            values = []
-            for i, (value, fmt) in enumerate(zip(raw, param_formats, strict=True)):
-                declared = prepared.param_oids[i] if i < len(prepared.param_oids) else 0
-                try:
-                    v = pg.decode_param(value, declared or (types[i] if fmt == 1 else 0),
-                                        fmt)
-                except ValueError as exc:
-                    raise QueryError("22P02", f"parameter ${i + 1}: {exc}") from None
-                values.append(coerce(v, types[i]) if not declared else v)
-            session.portals[portal_name] = Portal(prepared, values, result_formats)
-            return pg.BIND_COMPLETE
-        if kind == b"D":
-            what, name = r.byte(), r.cstr()
-            if what == b"S":
-                prepared = session.statements.get(name)
-                if prepared is None:
-                    raise QueryError("26000", f'prepared statement "{name}" does not exist')
-                cols = await self._watched(reader, session, session.describe, prepared.sql,
-                                           None)
-                out = pg.parameter_description(prepared.inferred)
-                return out + (pg.NO_DATA if cols is None else pg.row_description(
-                    cols, [0] * len(cols)))
-            if what == b"P":
-                portal = session.portals.get(name)
-                if portal is None:
-                    raise QueryError("34000", f'portal "{name}" does not exist')
-                if portal.outcome is not None:
-                    cols = portal.outcome.columns
-                else:
-                    cols = await self._watched(reader, session, session.describe,
-                                               portal.statement.sql, portal.params)
-                    portal.described = cols
-                if cols is None:
-                    return pg.NO_DATA
-                return pg.row_description(cols, pg.formats_for(portal.result_formats,
-                                                               len(cols)))
-            raise ProtocolError("Describe takes 'S' or 'P'")
-        if kind == b"E":
-            name, max_rows = r.cstr(), r.int32()
-            portal = session.portals.get(name)
-            if portal is None:
-                raise QueryError("34000", f'portal "{name}" does not exist')
-            if portal.outcome is None:
-                portal.outcome = await self._watched(
-                    reader, session, session.run, portal.statement.sql, portal.params,
-                    portal.described)
-            outcome = portal.outcome
-            if max_rows > 0 and len(outcome.rows) > max_rows + portal.sent:
-                held = sum(1 for p in session.portals.values() if p is not portal and
-                           p.outcome is not None and p.outcome.rows)
-                if held >= self.config.limits.max_suspended_portals:
-                    session.portals.pop(name, None)
-                    raise QueryError("53200", "too many open portals with rows not yet "
-                                     "fetched: close one first")
-            formats = None
-            if outcome.columns is not None:
-                formats = pg.formats_for(portal.result_formats, len(outcome.columns))
-            data = self._send(outcome, formats, portal, max(max_rows, 0), describe=False)
-            outcome.notices = []  # sent once, even when the portal is resumed
-            return data
-        if kind == b"C":
-            what, name = r.byte(), r.cstr()
-            if what == b"S":
-                session.statements.pop(name, None)
-            elif what == b"P":
-                session.portals.pop(name, None)
-            else:
-                raise ProtocolError("Close takes 'S' or 'P'")
-            return pg.CLOSE_COMPLETE
-        if kind in (b"d", b"c", b"f"):
-            raise QueryError("0A000", "COPY is not supported")
-        if kind == b"F":
-            raise QueryError("0A000", "function calls are not supported")
-        raise ProtocolError(f"unknown message type {kind!r}")
+class _Handshake:
+    """A connection counted as authenticating (toward max_connections and its
+    address's limit) from its creation until :meth:`done`."""
 
+    def __init__(self, server: Server, conn: _Conn):
+        self.server, self.conn = server, conn
+        self.open = True
+        server.handshakes += 1
+        server.handshakes_per_address[conn.peer] = \
+            server.handshakes_per_address.get(conn.peer, 0) + 1
 
-def encode_row(row, oids: list[int], fmts: list[int]) -> list[bytes | None]:
-    out = []
-    for value, oid, fmt in zip(row, oids, fmts, strict=True):
-        if fmt == 1:
-            try:
-                out.append(pg.encode_binary(value, oid))
-            except (ValueError, TypeError, AttributeError, OverflowError, struct.error):
-                raise QueryError("22P03", "a value does not fit its column's type in binary "
-                                 "format") from None
+    def done(self) -> None:
+        """Counts the connection out (once); a login exchange it left unfinished (gone
+        or timed out mid-exchange) counts as a failed login."""
+        if not self.open:
+            return
+        self.open = False
+        server, conn = self.server, self.conn
+        server.handshakes -= 1
+        left = server.handshakes_per_address[conn.peer] - 1
+        if left:
+            server.handshakes_per_address[conn.peer] = left
         else:
-            out.append(pg.encode_text(value, oid))
-    return out
-
-
-def split_statements(text: str) -> list[str]:
-    """A simple Query's statements, split at top-level semicolons (by sqlglot's
-    tokenizer, so a semicolon inside a string or comment stays)."""
-    import sqlglot
-    from sqlglot.tokens import TokenType
-
-    if ";" not in text:
-        return [text] if text.strip() else []
-    try:
-        tokens = sqlglot.tokenize(text, read="postgres")
-    except sqlglot.errors.SqlglotError:
-        return [text]
-    out, start = [], 0
-    for tok in tokens:
-        if tok.token_type == TokenType.SEMICOLON:
-            part = text[start:tok.start]
-            if part.strip():
-                out.append(part)
-            start = tok.end + 1
-    if text[start:].strip():
-        out.append(text[start:])
-    return out
+            del server.handshakes_per_address[conn.peer]
+        if conn.auth_pending is not None:
+            server.throttle.failed(conn.peer, conn.auth_pending)
+            conn.auth_pending = None
 
 
 def run(config: ServerConfig, on_ready=None) -> None:

@@ -139,27 +139,8 @@ def test_outer_query_is_the_aggregate_with_having_order_and_limit(pums_catalog_f
 # -- jupysql under IPython ----------------------------------------------------------------
 
 
-@pytest.fixture
-def ipython(pums_file, tmp_path, monkeypatch):
-    from tests.clients.test_jupysql_probes import _import_jupysql
-
-    _import_jupysql(monkeypatch)
-    from IPython.core.interactiveshell import InteractiveShell
-
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "sql")
-    ledger = tmp_path / "ledger.sqlite"
-    url = (f"dpsql+duckdb:///{pums_file}?catalog={catalog_path('pums')}&epsilon=0.5"
-           f"&ledger={ledger}&budget_epsilon=50")
-    ip.run_line_magic("sql", f"{url} --alias dpsql_bi")
-    yield ip, ledger
-    from sql.connection import ConnectionManager
-
-    ConnectionManager.close_all()
-
-
 def test_jupysql_with_snippet_over_an_aggregate(ipython):
-    ip, ledger = ipython
+    ip, _, ledger = ipython
     ip.run_cell_magic("sql", "--save by_educ --no-execute",
                       "SELECT educ, COUNT(*) AS n FROM pums GROUP BY educ")
     result = ip.run_cell_magic("sql", "--with by_educ", "SELECT * FROM by_educ WHERE n > 100")
@@ -175,7 +156,7 @@ def _cell(ip, text, capsys):
 
 
 def test_sqlcmd_profile_is_a_one_line_free_refusal(ipython, capsys):
-    ip, ledger = ipython
+    ip, _, ledger = ipython
     result, shown = _cell(ip, "%sqlcmd profile -t pums", capsys)
     assert not result.success
     lines = [line for line in shown.splitlines() if line.strip()]
@@ -187,7 +168,7 @@ def test_sqlcmd_profile_is_a_one_line_free_refusal(ipython, capsys):
 
 def test_boxplot_quartiles_are_answered_and_its_outliers_refused_in_one_line(ipython, capsys):
     pytest.importorskip("matplotlib")
-    ip, ledger = ipython
+    ip, _, ledger = ipython
     result, shown = _cell(ip, "%sqlplot boxplot --table pums --column age", capsys)
     # the quartiles (percentile_disc ... OVER ()), the mean and the whiskers are answered;
     # the outliers (SELECT age ... WHERE age < lo OR age > hi) are raw rows: refused

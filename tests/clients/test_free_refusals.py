@@ -34,6 +34,7 @@ from sqlalchemy.dialects import registry
 import dpsql
 from dpsql.errors import DpsqlError
 from tests.privacy.oracle import Neighbours, World, fixed_seed, noise_off
+from tests.support import checked, prepare
 
 DEPARTMENTS = ["cardiology", "emergency", "neurology", "oncology"]
 FIRST, LAST = datetime.date(2024, 1, 1), datetime.date(2024, 3, 31)
@@ -222,8 +223,8 @@ def _exact(conn, sql, epsilon=1.0, delta=1e-6):
     from dpsql.noise import add_noise
 
     with fixed_seed():
-        plan, expression, backend = conn._prepare(sql, epsilon, delta, None, None)
-        expression, _ = conn._check(plan, expression, backend)
+        plan, expression, backend = prepare(conn, sql, epsilon, delta)
+        expression, _ = checked(conn, plan, expression, backend)
     columns, rows = backend.execute(expression)
     with noise_off(plan):
         groups = add_noise(plan, columns, rows)

@@ -63,7 +63,7 @@ def test_the_engine_passes_on_plain_queries():
 
 def test_skipped_bounding_is_caught(monkeypatch):
     # no clamping, no per-user aggregate, no L0 window: the plain GROUP BY
-    monkeypatch.setattr(dpsql.engine, "rewrite", statistics_query)
+    monkeypatch.setattr(dpsql.engine, "rewrite", lambda plan, **engine: statistics_query(plan))
     outcome = check_world(WORLD, "SELECT region, COUNT(*) FROM visits GROUP BY region")
     kinds = {v.kind for v in outcome.violations}
     assert {"linf", "groups", "l1"} <= kinds, outcome.violations
@@ -71,7 +71,7 @@ def test_skipped_bounding_is_caught(monkeypatch):
 
 def test_data_dependent_failure_is_caught(monkeypatch):
     # a statistics query with a cast that fails only on the added user's rows
-    def failing(plan):
+    def failing(plan, **engine):
         query = statistics_query(plan)
         return query.where("CAST(CASE WHEN uid = 1000 THEN 'x' ELSE '1' END AS INTEGER) > 0",
                            copy=False)

@@ -496,6 +496,7 @@ def test_sqlite_long_text_reads_as_null(sec, database):
     assert d2.value.rows[0][0] - d.value.rows[0][0] == 1  # the long name is NULL
 
 
+@pytest.mark.slow  # Spark: a JVM
 def test_spark_shared_subexpression_stays_inside_its_guards(sec, database):
     """Spark's common-subexpression elimination computed the implicit CAST of a DATE
     shared by two TRY_ADDs once, outside both: one person's far date failed the query

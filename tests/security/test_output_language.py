@@ -110,7 +110,7 @@ def test_output_check_refuses_an_injected_payload_before_the_charge(security_db,
     rules = (*rewrite_module.RULES, _inject(PAYLOADS[kind]))
     monkeypatch.setattr(rewrite_module, "RULES", rules)
     monkeypatch.setattr("dpsql.engine.rewrite",
-                        lambda plan: rewrite_module.rewrite(plan, rules))
+                        lambda plan, **kw: rewrite_module.rewrite(plan, rules, **kw))
     with pytest.raises(UnsupportedQueryError, match="output check"):
         conn.execute("SELECT COUNT(*) FROM pums WHERE age > 30", epsilon=1.0)
     assert conn.budget.spent == (0.0, 0.0)
@@ -227,7 +227,7 @@ def test_every_backend_refuses_an_injected_payload_free(kind, payload, backends,
     try:
         rules = (*rewrite_module.RULES, _inject(PAYLOADS[payload]))
         monkeypatch.setattr("dpsql.engine.rewrite",
-                            lambda plan: rewrite_module.rewrite(plan, rules))
+                            lambda plan, **kw: rewrite_module.rewrite(plan, rules, **kw))
         # the output check refuses it, or the backend's dialect layer before it: free
         with pytest.raises((UnsupportedQueryError, dpsql.BackendError)) as info:
             conn.execute("SELECT sex, COUNT(*) FROM pums WHERE age > 30 GROUP BY sex",
