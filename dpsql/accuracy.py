@@ -18,23 +18,11 @@ bounds on the error as a function of ``n``, the rows the group holds after contr
 bounding (the noisy count's true value), valid whatever the values within the catalog's
 bounds ``[L, U]``. With ``m`` the centre post-processing uses and ``r = max(m − L, U − m)``:
 
-* ``AVG = m + S/N`` from a noisy centred sum (half-width ``h_S``) and count (``h_N``).
-  On the event ``|Ŝ − s| <= h_S`` and ``|N̂ − n| <= h_N``, if ``n − h_N >= 1``,
-  ``|Ŝ/N̂ − s/n| = |(Ŝ − s)·n − s·(N̂ − n)| / (N̂·n) <= (h_S + r·h_N) / (n − h_N)``, since
-  ``|s| <= r·n``. Clamping to ``[L, U]`` (where the true mean lies) never adds error,
-  so the error is also at most ``U − L``.
-* ``VAR_POP = Q/N − (S/N)²``: ``|Q̂/N̂ − q/n| <= (h_Q + r²·h_N) / (n − h_N)`` as above
-  (``q/n <= r²``), and ``|(Ŝ/N̂)² − (s/n)²| <= e·(2r + e)`` with ``e`` the AVG bound;
-  both values lie in ``[0, r²]``, so the error is at most ``r²``. ``VAR_SAMP`` scales by
-  ``f(N) = N/(N − 1)`` (decreasing): the error is at most
-  ``w·f(n − h_N) + r²·(f(n − h_N) − f(n))`` for ``n − h_N > 1``, and ``r²·f(n − h_N)``.
-  ``STDDEV`` is the square root: ``|√a − √b| <= √|a − b|``.
-* quantiles, read off a noisy histogram of ``B`` bins of width ``s``: with ``W`` the
-  largest rank error of :func:`dpsql.mechanisms.quantile.edge_errors` at the cell's
-  level, the ``±`` interval lies within ``[x(q − 2W/n) − s, x(q + 2W/n) + s]``, where
-  ``x(p)`` is the group's true ``p``-quantile (``L`` for ``p <= 0``, ``U`` for
-  ``p >= 1``): every edge inside it has a true rank within ``2W`` of the target. In
-  values the worst case is ``U − L``; the prediction is given in rank.
+* each aggregate family derives its own bound where it computes it
+  (``predicted_width`` in :mod:`dpsql.aggregates`): AVG in
+  :func:`dpsql.aggregates.avg.bound`, VARIANCE and STDDEV in
+  :func:`dpsql.aggregates.variance.bound`, quantiles (in rank) in
+  :func:`dpsql.aggregates.quantile.rank_error`.
 * an output expression over these: ``+``, ``−``, a numeric literal factor or divisor,
   ``ABS``, ``LEAST``/``GREATEST`` (1-Lipschitz), ``ROUND``/``FLOOR``/``CEIL``/casts (plus
   one rounding step) combine the bounds; any other expression (a product or ratio of

@@ -41,7 +41,16 @@ def value(cell, total: float, n: float) -> float:
 
 
 def bound(h_s: float, h_n: float, r: float, n: int | None) -> float:
-    """Error bound ``(h_S + r·h_N) / (n − h_N)`` of ``S/N`` (see :mod:`dpsql.accuracy`)."""
+    """Error bound of ``S/N`` for a group of ``n`` rows (None: any n), at the widths' level.
+
+    ``AVG = m + S/N`` from a noisy centred sum (half-width ``h_S``) and count (``h_N``),
+    ``r = max(m − L, U − m)``. On the event ``|Ŝ − s| <= h_S`` and ``|N̂ − n| <= h_N``, if
+    ``n − h_N >= 1``, ``|Ŝ/N̂ − s/n| = |(Ŝ − s)·n − s·(N̂ − n)| / (N̂·n) <= (h_S + r·h_N) /
+    (n − h_N)``, since ``|s| <= r·n``. Clamping to ``[L, U]`` (where the true mean lies)
+    never adds error, so the error is also at most ``U − L`` (:meth:`Avg.predicted_width`).
+    ``n`` is the rows the group holds after contribution bounding (see
+    :mod:`dpsql.accuracy` for the levels).
+    """
     if n is None or n - h_n < 1:
         return math.inf
     return (h_s + r * h_n) / (n - h_n)

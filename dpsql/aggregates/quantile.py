@@ -166,7 +166,15 @@ def literal_value(e: exp.Expression, name: str) -> float:
 
 
 def rank_error(plan, cell, level: float) -> float:
-    """``2W``: the rank error (rows) within which the ± interval's edges lie."""
+    """``2W``: the rank error (rows) within which the ± interval's edges lie.
+
+    Read off a noisy histogram of ``B`` bins of width ``s``: with ``W`` the largest rank
+    error of :func:`dpsql.mechanisms.quantile.edge_errors` at the cell's level, the ``±``
+    interval lies within ``[x(q − 2W/n) − s, x(q + 2W/n) + s]``, where ``x(p)`` is the
+    group's true ``p``-quantile (``L`` for ``p <= 0``, ``U`` for ``p >= 1``): every edge
+    inside it has a true rank within ``2W`` of the target. In values the worst case is
+    ``U − L`` (:meth:`Quantile.predicted_width`); the prediction is given in rank.
+    """
     stat = plan.stat(cell.stats[0])
     count = stat.bins.count
     w = edge_errors(stat.mechanism, cell.quantile, count, level / (count + 1))

@@ -94,7 +94,16 @@ def value(cell, squares: float, total: float, count: float) -> float:
 
 
 def bound(kind: str, h_q, h_s, h_n, r: float, n: int | None) -> float:
-    """Error bound of a variance of ``n`` rows (see :mod:`dpsql.accuracy`)."""
+    """Error bound of a variance of ``n`` rows (None: any n), values within ``r`` of ``m``.
+
+    ``VAR_POP = Q/N − (S/N)²``: ``|Q̂/N̂ − q/n| <= (h_Q + r²·h_N) / (n − h_N)`` as for AVG
+    (:func:`dpsql.aggregates.avg.bound`; ``q/n <= r²``), and ``|(Ŝ/N̂)² − (s/n)²| <=
+    e·(2r + e)`` with ``e`` the AVG bound; both values lie in ``[0, r²]``, so the error is
+    at most ``r²``. ``VAR_SAMP`` scales by ``f(N) = N/(N − 1)`` (decreasing): the error is
+    at most ``w·f(n − h_N) + r²·(f(n − h_N) − f(n))`` for ``n − h_N > 1``, and
+    ``r²·f(n − h_N)``. ``STDDEV`` is the square root (:meth:`Variance.predicted_width`):
+    ``|√a − √b| <= √|a − b|``.
+    """
     cap = r * r
     if n is None or n - h_n < 1:
         return cap if kind.endswith("pop") else math.inf
