@@ -18,23 +18,11 @@ bounds on the error as a function of ``n``, the rows the group holds after contr
 bounding (the noisy count's true value), valid whatever the values within the catalog's
 bounds ``[L, U]``. With ``m`` the centre post-processing uses and ``r = max(m − L, U − m)``:
 
-* ``AVG = m + S/N`` from a noisy centred sum (half-width ``h_S``) and count (``h_N``).
-  On the event ``|Ŝ − s| <= h_S`` and ``|N̂ − n| <= h_N``, if ``n − h_N >= 1``,
-  ``|Ŝ/N̂ − s/n| = |(Ŝ − s)·n − s·(N̂ − n)| / (N̂·n) <= (h_S + r·h_N) / (n − h_N)``, since
-  ``|s| <= r·n``. Clamping to ``[L, U]`` (where the true mean lies) never adds error,
-  so the error is also at most ``U − L``.
-* ``VAR_POP = Q/N − (S/N)²``: ``|Q̂/N̂ − q/n| <= (h_Q + r²·h_N) / (n − h_N)`` as above
-  (``q/n <= r²``), and ``|(Ŝ/N̂)² − (s/n)²| <= e·(2r + e)`` with ``e`` the AVG bound;
-  both values lie in ``[0, r²]``, so the error is at most ``r²``. ``VAR_SAMP`` scales by
-  ``f(N) = N/(N − 1)`` (decreasing): the error is at most
-  ``w·f(n − h_N) + r²·(f(n − h_N) − f(n))`` for ``n − h_N > 1``, and ``r²·f(n − h_N)``.
-  ``STDDEV`` is the square root: ``|√a − √b| <= √|a − b|``.
-* quantiles, read off a noisy histogram of ``B`` bins of width ``s``: with ``W`` the
-  largest rank error of :func:`dpsql.mechanisms.quantile.edge_errors` at the cell's
-  level, the ``±`` interval lies within ``[x(q − 2W/n) − s, x(q + 2W/n) + s]``, where
-  ``x(p)`` is the group's true ``p``-quantile (``L`` for ``p <= 0``, ``U`` for
-  ``p >= 1``): every edge inside it has a true rank within ``2W`` of the target. In
-  values the worst case is ``U − L``; the prediction is given in rank.
+* each aggregate family derives its own bound where it computes it
+  (``predicted_width`` in :mod:`dpsql.aggregates`): AVG in
+  :func:`dpsql.aggregates.avg.bound`, VARIANCE and STDDEV in
+  :func:`dpsql.aggregates.variance.bound`, quantiles (in rank) in
+  :func:`dpsql.aggregates.quantile.rank_error`.
 * an output expression over these: ``+``, ``−``, a numeric literal factor or divisor,
   ``ABS``, ``LEAST``/``GREATEST`` (1-Lipschitz), ``ROUND``/``FLOOR``/``CEIL``/casts (plus
   one rounding step) combine the bounds; any other expression (a product or ratio of
@@ -45,17 +33,19 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from sqlglot import exp
 
-from dpsql.analyze.plan import Cell, Output, Plan
-from dpsql.mechanisms.quantile import edge_errors
+from dpsql.aggregates.avg import bound as _avg_bound  # noqa: F401 - tests/test_explain.py
+from dpsql.aggregates.base import readable, stat_width
+from dpsql.aggregates.quantile import rank_error as _rank_error  # noqa: F401 - the same
+from dpsql.aggregates.variance import bound as _var_bound  # noqa: F401 - the same
+from dpsql.analyze.plan import Output, Plan
+
+__all__ = ["ASSUMED_SIZES", "analyst_sql", "predict_outputs", "readable", "selection_note",
+           "selection_summary", "statistic_feeds", "threshold_words"]
 
 #: Group sizes (rows) at which data-dependent predictions are evaluated.
 ASSUMED_SIZES = (100, 1_000, 10_000)
-
-_VARIANCES = ("var_pop", "var_samp", "std_pop", "std_samp")
-
 
 # -- partition selection ---------------------------------------------------------------
 
@@ -140,18 +130,6 @@ def selection_note(plan: Plan, released: int, alpha: float) -> str:
             "anything is spent.")
 
 
-def readable(x: float) -> str:
-    """A number to four significant figures with thousands separators (``7,381,000``)."""
-    if not math.isfinite(x):
-        return str(x)
-    if x == 0 or not 1e-3 <= abs(x) < 1e15:
-        return f"{x:.4g}"
-    rounded = float(f"{x:.4g}")
-    if rounded.is_integer():
-        return f"{int(rounded):,}"
-    return f"{rounded:,.{max(0, 3 - math.floor(math.log10(abs(rounded))))}f}".rstrip("0")
-
-
 def _short(text: str, limit: int = 60) -> str:
     """An analyst's expression, cut to ``limit`` characters for a one-line note."""
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -234,8 +212,8 @@ def _predict(plan: Plan, o: Output, alpha: float) -> dict:
     entry["statistics"] = [plan.stat(s).label for s in stats]
     conf = _percent(1 - alpha)
 
-    if all(c.kind == "stat" for c in cells):
-        widths = {c.name: _stat_width(plan, c.stats[0], level) for c in cells}
+    if all(c.family.direct for c in cells):
+        widths = {c.name: stat_width(plan, c.stats[0], level) for c in cells}
         width = _combine(o.expr, widths)
         entry["half_width"] = width
         entry["meaning"] = (
@@ -247,9 +225,10 @@ def _predict(plan: Plan, o: Output, alpha: float) -> dict:
 
     by_size = {}
     for n in ASSUMED_SIZES:
-        widths = {c.name: _cell_width(plan, c, level, n) for c in cells}
+        widths = {c.name: c.family.predicted_width(plan, c, level, n) for c in cells}
         by_size[n] = _combine(o.expr, widths)
-    worst = _combine(o.expr, {c.name: _cell_width(plan, c, level, None) for c in cells})
+    worst = _combine(o.expr, {c.name: c.family.predicted_width(plan, c, level, None)
+                              for c in cells})
     if all(v is None for v in by_size.values()):
         entry["meaning"] = (
             "depends on the noisy values (a product or ratio of noisy statistics): no "
@@ -258,22 +237,12 @@ def _predict(plan: Plan, o: Output, alpha: float) -> dict:
     entry["by_size"] = by_size
     entry["worst_case"] = worst if worst is not None and math.isfinite(worst) else None
     direct = (isinstance(o.expr, exp.Column) and len(cells) == 1)
-    if direct and cells[0].kind == "quantile":
-        rank = _rank_error(plan, cells[0], level)
-        entry["rank_error"] = rank
-        entry["by_size"] = None
-        stat = plan.stat(cells[0].stats[0])
-        step = (stat.bins.upper - stat.bins.lower) / stat.bins.count
-        sizes = ", ".join(f"{100 * rank / n:.3g} at n = {n:,}" for n in ASSUMED_SIZES)
-        entry["meaning"] = (
-            f"with probability >= {conf} the quantile's confidence interval (the ± shown "
-            f"is that interval, stretched to the released value if needed) lies between "
-            f"the group's true "
-            f"quantiles at ranks q ± {readable(rank)}/n (n = the group's rows), widened by "
-            f"one bin ({readable(step)}); in percentile points: ± {sizes}. In values the "
-            f"worst case is the whole range, {readable(stat.bins.upper - stat.bins.lower)}")
+    own = cells[0].family.prediction(plan, cells[0], level, conf, ASSUMED_SIZES) \
+        if direct else None
+    if own is not None:  # e.g. a quantile's, in rank
+        entry.update(own)
         return entry
-    formula = _formula(plan, cells[0], level) if direct else ""
+    formula = cells[0].family.formula(plan, cells[0], level) if direct else ""
     entry["meaning"] = (
         f"with probability >= {conf} the error is at most the value shown for a group of "
         f"n rows (after contribution bounding), whatever the values within the catalog's "
@@ -281,76 +250,6 @@ def _predict(plan: Plan, o: Output, alpha: float) -> dict:
         + (f"; never more than {readable(worst)}" if entry["worst_case"] is not None
            else ""))
     return entry
-
-
-def _stat_width(plan: Plan, name: str, level: float) -> float:
-    return float(plan.stat(name).mechanism.accuracy(level))
-
-
-def _radius(cell: Cell) -> float:
-    return max(cell.center - cell.lower, cell.upper - cell.center)
-
-
-def _cell_width(plan: Plan, cell: Cell, level: float, n: int | None) -> float:
-    """Error bound of one cell at ``level`` per statistic, for ``n`` rows (None: any n)."""
-    if cell.kind == "stat":
-        return _stat_width(plan, cell.stats[0], level)
-    span = cell.upper - cell.lower
-    if cell.kind == "quantile":
-        return float(span)
-    r = _radius(cell)
-    if cell.kind == "avg":
-        h_s, h_n = (_stat_width(plan, s, level) for s in cell.stats)
-        return min(_avg_bound(h_s, h_n, r, n), span)
-    h_q, h_s, h_n = (_stat_width(plan, s, level) for s in cell.stats)
-    var = _var_bound(cell.kind, h_q, h_s, h_n, r, n)
-    return math.sqrt(var) if cell.kind.startswith("std") else var
-
-
-def _avg_bound(h_s: float, h_n: float, r: float, n: int | None) -> float:
-    if n is None or n - h_n < 1:
-        return math.inf
-    return (h_s + r * h_n) / (n - h_n)
-
-
-def _var_bound(kind: str, h_q, h_s, h_n, r: float, n: int | None) -> float:
-    cap = r * r
-    if n is None or n - h_n < 1:
-        return cap if kind.endswith("pop") else math.inf
-    e = _avg_bound(h_s, h_n, r, n)
-    pop = (h_q + r * r * h_n) / (n - h_n) + e * (2 * r + e)
-    if kind.endswith("pop"):
-        return min(pop, cap)
-    if n - h_n <= 1:
-        return math.inf
-
-    def f(x: float) -> float:
-        return x / (x - 1)
-
-    low = n - h_n
-    return min(min(pop, cap) * f(low) + cap * (f(low) - f(n)), cap * f(low))
-
-
-def _rank_error(plan: Plan, cell: Cell, level: float) -> float:
-    """``2W``: the rank error (rows) within which the ± interval's edges lie."""
-    stat = plan.stat(cell.stats[0])
-    count = stat.bins.count
-    w = edge_errors(stat.mechanism, cell.quantile, count, level / (count + 1))
-    return 2 * float(np.max(w))
-
-
-def _formula(plan: Plan, cell: Cell, level: float) -> str:
-    r = _radius(cell)
-    if cell.kind == "avg":
-        h_s, h_n = (_stat_width(plan, s, level) for s in cell.stats)
-        return (f": (h_sum + r·h_count) / (n − h_count) = ({readable(h_s)} + {readable(r)} × "
-                f"{readable(h_n)}) / (n − {readable(h_n)}), for n >= {readable(h_n + 1)}")
-    if cell.kind in _VARIANCES:
-        h_q, h_s, h_n = (_stat_width(plan, s, level) for s in cell.stats)
-        return (f" (from the noisy sum of squares ±{readable(h_q)}, sum ±{readable(h_s)} "
-                f"and count ±{readable(h_n)}, values at most {readable(r)} from "
-                f"{readable(cell.center)}; for n >= {readable(h_n + 2)})")
-    return ""
 
 
 def _combine(e: exp.Expression, widths: dict[str, float]) -> float | None:

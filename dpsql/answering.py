@@ -48,7 +48,7 @@ def statistic_types(plan: Plan, schema: dict[str, str], reports_types: bool = Tr
             whole = all(t is not None and sqltypes.base_name(t) in sqltypes.EXACT_INTEGER_NAMES
                         for t in types)
         else:
-            whole = stat.kind in ("count", "users", "distinct")
+            whole = stat.rule.counts
         if whole or stat.mechanism is None or type(stat.mechanism).__name__ == "Constant":
             continue
         stat.integer = False

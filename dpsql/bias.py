@@ -273,20 +273,21 @@ def bound_notes(plan: Plan) -> list[str]:
         if not out.cells:
             continue
         cells = [c for c in plan.cells if c.name in out.cells]
-        kinds = {plan.stat(s).kind for c in cells for s in c.stats}
+        rules = {plan.stat(s).rule for c in cells for s in c.stats}
+        cut = {r.cut for r in rules}  # what the bounds cut, per kind (dpsql.aggregates)
+        direct = all(c.family.direct for c in cells)
         cuts = []
-        if "distinct" in kinds:
+        if "values" in cut:
             cuts.append(f"at most {R} distinct value(s) per user and group are counted")
-        if "count" in kinds and all(c.kind == "stat" for c in cells):
+        if "rows" in cut and direct:
             cuts.append(f"at most max_rows = {R} row(s) per user and group are counted")
-        elif kinds & {"sum", "sumsq", "hist", "count"}:
+        elif cut & {"weights", "rows"}:
             cuts.append(f"each user's rows in a group weigh at most max_rows = {R} row(s) "
                         "(sums capped, averages and quantiles reweighted)")
         if not cuts and not groups:
             continue
         body = "; ".join(cuts) + groups if cuts else groups.removeprefix("; ")
-        counting = (all(c.kind == "stat" for c in cells)
-                    and kinds <= {"count", "distinct", "users"})
+        counting = direct and all(r.counts for r in rules)
         effect = ("it counts the bounded data and can be below the true count" if counting
                   else "it describes the bounded data")
         notes.append(f"{out.name}: {body}, so {effect} (the error bar covers the noise "

@@ -44,24 +44,21 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql.aggregates.avg import value as _avg  # noqa: F401 - tests/test_explain.py
+from dpsql.aggregates.variance import value as _variance  # noqa: F401 - the same
 from dpsql.analyze.domains import (
     SCALAR_TEXT,
     check_value_lengths,
     column_text,
     length_bounds,
 )
-from dpsql.analyze.plan import Cell, Plan, Statistic
+from dpsql.analyze.plan import Cell, Plan
 from dpsql.errors import PostprocessError, UnsupportedQueryError
 from dpsql.limits import DEFAULT, Limits
-from dpsql.mechanisms import quantile
 from dpsql.noise import NoisyGroups
 from dpsql.scratch import checked_sql, run, scratch
 
 ROW_ID = "__rid"
-#: MIN/MAX read a histogram bin as empty unless its noisy count clears the level that
-#: noise in *any* empty bin exceeds with this probability: 0.1 % of answers move to a
-#: spurious extreme bin (at 5 % a MAX at ε = 10⁵ still jumped 10 years now and then).
-EMPTY_BIN_LEVEL = 0.001
 
 
 @dataclass
@@ -84,45 +81,14 @@ class Answer:
     noisy: tuple[bool, ...] = ()
 
 
-def stat_range(stat: Statistic) -> tuple[float, float]:
-    """What a statistic's true value can be, from public facts alone.
-
-    Counts of rows, users or distinct values are not negative. A sum of values clamped
-    to ``[L, U]`` (minus ``center``) has the sign of its terms where all terms share
-    one: not negative when ``L − center >= 0``, not positive when ``U − center <= 0``.
-    ``L``, ``U`` and ``center`` come from the catalog's bounds and the query, never from
-    the data.
-    """
-    if stat.kind in ("count", "users", "distinct", "sumsq"):
-        return (0.0, math.inf)
-    if stat.kind == "sum" and stat.interval is not None:
-        low = 0.0 if stat.interval.lower - stat.center >= 0 else -math.inf
-        high = 0.0 if stat.interval.upper - stat.center <= 0 else math.inf
-        return (low, high)
-    return (-math.inf, math.inf)
-
-
 def cell_range(plan: Plan, cell: Cell) -> tuple[float, float]:
     """What an aggregate of the analyst's query can be, from public bounds alone.
 
-    See the module's docstring; AVG and quantiles lie within their value bounds, a
-    variance between 0 and its largest value over bounded values.
+    See the module's docstring; each family states its range (:mod:`dpsql.aggregates`):
+    AVG and quantiles lie within their value bounds, a variance between 0 and its
+    largest value over bounded values, a count or sum within its statistic's range.
     """
-    if cell.kind == "stat":
-        return stat_range(plan.stat(cell.stats[0]))
-    if cell.kind in VARIANCES:
-        top = _max_variance(cell)
-        return (0.0, math.sqrt(top) if cell.kind.startswith("std") else top)
-    return (cell.lower, cell.upper)
-
-
-def _clamp(value, low: float, high: float):
-    """``value`` moved into ``[low, high]``; an integer stays an integer."""
-    if value < low:
-        return int(low) if isinstance(value, int) else float(low)
-    if value > high:
-        return int(high) if isinstance(value, int) else float(high)
-    return value
+    return cell.family.range(plan, cell)
 
 
 def cell_values(plan: Plan, noisy: NoisyGroups) -> dict[str, list]:
@@ -131,91 +97,11 @@ def cell_values(plan: Plan, noisy: NoisyGroups) -> dict[str, list]:
     Each value is consistent with public bounds (:func:`cell_range`): post-processing
     of the noisy statistics, so free under DP.
     """
-    out: dict[str, list] = {}
-    for cell in plan.cells:
-        if cell.kind == "stat":
-            low, high = cell_range(plan, cell)
-            out[cell.name] = [_clamp(v, low, high) for v in noisy.stats[cell.stats[0]]]
-        elif cell.kind == "quantile":
-            stat = plan.stat(cell.stats[0])
-            # MIN and MAX: bins below the noise level count as empty
-            threshold = stat.mechanism.accuracy(EMPTY_BIN_LEVEL / stat.bins.count)
-            out[cell.name] = [quantile.estimate(h, cell.quantile, stat.bins, threshold)
-                              for h in noisy.stats[stat.name]]
-        elif cell.kind in VARIANCES:
-            squares, total, count = (noisy.stats[s] for s in cell.stats)
-            out[cell.name] = [_variance(cell, q, s, n)
-                              for q, s, n in zip(squares, total, count, strict=True)]
-        else:
-            total, count = (noisy.stats[s] for s in cell.stats)
-            out[cell.name] = [_avg(cell, s, n) for s, n in zip(total, count, strict=True)]
-    _order_quantiles(plan, out)
+    out: dict[str, list] = {cell.name: cell.family.values(plan, cell, noisy)
+                            for cell in plan.cells}
+    for family in dict.fromkeys(cell.family for cell in plan.cells):
+        family.after_values(plan, out)  # e.g. quantiles of one histogram put in order
     return out
-
-
-def _order_quantiles(plan: Plan, values: dict[str, list]) -> None:
-    """MIN <= quantiles <= MAX for the quantiles read off one histogram, in every group.
-
-    Each quantile is estimated on its own (MIN and MAX ignore bins below the noise
-    level, the others do not), so the estimates of one histogram can come out of order
-    (a MIN above the MEDIAN). The true quantiles of the group are ordered by ``q``, so
-    the estimates are *rearranged*: sorted and given back in the order of their ``q``
-    (Chernozhukov, Fernández-Val and Galichon 2010: for any non-decreasing target,
-    sorting never moves the vector of estimates further from it, in any Lp norm).
-
-    Why it is free: it reads the released estimates of one noisy histogram only (and
-    each cell's ``q``, from the query), so it is post-processing: no extra budget, no
-    new statistic. Each cell's interval is later widened, if needed, to hold its new
-    value (:func:`_cell_interval`): an interval that held the true quantile still
-    does, so coverage is kept cell by cell.
-
-    Over whole numbers MIN and MAX stay whole: a MIN that takes a fractional value
-    goes down to the whole number below it, a MAX up to the one above, which keeps the
-    order and stays within the bounds (they are whole numbers there).
-    """
-    by_stat: dict[str, list[Cell]] = {}
-    for cell in plan.cells:
-        if cell.kind == "quantile":
-            by_stat.setdefault(cell.stats[0], []).append(cell)
-    for name, cells in by_stat.items():
-        if len(cells) < 2:
-            continue
-        bins = plan.stat(name).bins
-        cells = sorted(cells, key=lambda c: c.quantile)  # stable: equal q keep their order
-        for row, group in enumerate(zip(*(values[c.name] for c in cells), strict=True)):
-            for cell, value in zip(cells, sorted(group), strict=True):
-                if bins.integer and cell.quantile in (0.0, 1.0) and math.isfinite(value):
-                    value = bins.clip(math.floor(value) if cell.quantile == 0.0
-                                      else math.ceil(value))
-                values[cell.name][row] = value
-
-
-def _avg(cell: Cell, total: float, count: float) -> float:
-    # AVG = m + SUM(x - m) / COUNT(x); a noisy count below 1 is read as 1, and the
-    # result is clamped to the value bounds (both post-processing).
-    value = cell.center + total / max(count, 1)
-    return float(min(max(value, cell.lower), cell.upper))
-
-
-VARIANCES = ("var_pop", "var_samp", "std_pop", "std_samp")
-
-
-def _max_variance(cell: Cell) -> float:
-    """The largest variance of values in ``[lower, upper]``: ``((U − L)/2)²`` for the
-    population variance, twice that for the sample variance (``n/(n − 1) <= 2`` for the
-    ``n >= 2`` values it is defined on)."""
-    half = max(cell.center - cell.lower, cell.upper - cell.center)
-    return half**2 * (2 if cell.kind.endswith("samp") else 1)
-
-
-def _variance(cell: Cell, squares: float, total: float, count: float) -> float:
-    """VAR from noisy Σ(x−m)², Σ(x−m) and N, clamped to what bounded values allow."""
-    n = max(count, 1.0)
-    half = max(cell.center - cell.lower, cell.upper - cell.center)
-    var = min(max(squares / n - (total / n) ** 2, 0.0), half**2)
-    if cell.kind.endswith("samp") and n > 1:
-        var = min(var * n / (n - 1), _max_variance(cell))
-    return math.sqrt(var) if cell.kind.startswith("std") else var
 
 
 def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
@@ -346,7 +232,7 @@ def check_postprocess(plan: Plan, key_types: list[str], limits: Limits = DEFAULT
     if _plain(plan):
         return  # selecting columns of the table binds whatever their types
     for cell in plan.cells:
-        integer = cell.kind == "stat" and plan.stat(cell.stats[0]).integer
+        integer = cell.family.integer(plan, cell)
         columns.append(f"{cell.name} {'BIGINT' if integer else 'DOUBLE'}")
     message = _bind(tuple(columns), checked_sql(postprocess_query(plan), _names(plan)))
     if message is not None:
@@ -451,18 +337,18 @@ def _error_bar(plan, out, value, rid, noisy, cells, alpha):
     stats = sorted({s for c in plan.cells if c.name in out.cells for s in c.stats})
     level = alpha / len(stats)
     widths = {s: stat_half_width(plan, s, level) for s in stats
-              if plan.stat(s).kind != "hist"}
+              if plan.stat(s).bins is None}  # a histogram has no one half-width
     if isinstance(out.expr, exp.Column):
         cell = next(c for c in plan.cells if c.name == out.expr.name)
-        if cell.kind == "stat":  # the statistic itself: its own (integer) half-width
-            return widths[cell.stats[0]], _cell_interval(cell, rid, noisy, cells, widths,
-                                                         plan, level)
+        if cell.family.direct:  # the statistic itself: its own (integer) half-width
+            return widths[cell.stats[0]], cell.family.interval(plan, cell, rid, noisy, cells,
+                                                               widths, level)
     env = {}
     for i, key in enumerate(plan.keys):
         env[key.name] = _point(noisy.keys[rid][i])
     for cell in plan.cells:
         if cell.name in out.cells:
-            env[cell.name] = _cell_interval(cell, rid, noisy, cells, widths, plan, level)
+            env[cell.name] = cell.family.interval(plan, cell, rid, noisy, cells, widths, level)
     low, high = _Intervals(env).visit(out.expr)
     if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
         return None, None  # e.g. a CASE over aggregates that answers text
@@ -480,43 +366,6 @@ def _point(value):
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return (value, value)
-
-
-def _cell_interval(cell: Cell, rid: int, noisy: NoisyGroups, cells, widths, plan, level):
-    if cell.kind == "quantile":
-        stat = plan.stat(cell.stats[0])
-        low, high = quantile.interval(noisy.stats[stat.name][rid], cell.quantile, stat.bins,
-                                      stat.mechanism, level)
-        value = cells[cell.name][rid]
-        return (min(low, value), max(high, value))
-    if cell.kind == "stat":
-        # around the released (clamped) value, cut to the range: it holds the truth
-        # whenever the interval around the noisy value does, and is never empty
-        v, h = cells[cell.name][rid], widths[cell.stats[0]]
-        low, high = cell_range(plan, cell)
-        return (_clamp(v - h, low, high), _clamp(v + h, low, high))
-    if cell.kind in VARIANCES:
-        (q, s, n), (hq, hs, hn) = ((noisy.stats[x][rid] for x in cell.stats),
-                                   (widths[x] for x in cell.stats))
-        qs = (q - hq, q + hq)
-        ss = [s - hs, s + hs] + ([0.0] if s - hs < 0 < s + hs else [])
-        n_lo, n_hi = max(n - hn, 1.0), max(n + hn, 1.0)
-        ns = [n_lo, n_hi]
-        # interior extreme of q/n − s²/n² in n, at n = 2 s² / q
-        ns += [2 * x * x / y for x in ss for y in qs if y > 0 and n_lo < 2 * x * x / y < n_hi]
-        values = [_variance(cell, a, b, c) for a in qs for b in ss for c in ns]
-        return (min(values), max(values))
-    total, count = (noisy.stats[s][rid] for s in cell.stats)
-    ht, hc = (widths[s] for s in cell.stats)
-    candidates = [
-        cell.center + s / max(c, 1)
-        for s in (total - ht, total + ht)
-        for c in (count - hc, count + hc)
-    ]
-    return (
-        float(min(max(min(candidates), cell.lower), cell.upper)),
-        float(min(max(max(candidates), cell.lower), cell.upper)),
-    )
 
 
 class _Intervals:

@@ -20,21 +20,12 @@ import re
 
 from sqlglot import exp
 
+from dpsql import aggregates
 from dpsql.errors import UnsupportedQueryError
 from dpsql.limits import DEFAULT, Limits
 
-#: Aggregate functions this version answers.
-AGGREGATES: tuple[type[exp.Expression], ...] = (
-    exp.Count, exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp,
-    exp.StddevPop, exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.Quantile,
-    exp.ApproxQuantile, exp.Min, exp.Max,
-)
-
-#: The aggregates answered as quantiles of a noisy histogram.
-QUANTILES: tuple[type[exp.Expression], ...] = (
-    exp.Median, exp.PercentileCont, exp.PercentileDisc, exp.Quantile, exp.ApproxQuantile,
-    exp.Min, exp.Max,
-)
+#: Aggregate functions this version answers: those of the registry's families.
+AGGREGATES: tuple[type[exp.Expression], ...] = aggregates.FUNCTIONS
 
 #: Scalar functions allowed anywhere (they cannot read outside the row they are given).
 SCALAR_FUNCTIONS: tuple[type[exp.Expression], ...] = (

@@ -7,11 +7,12 @@ and cell columns (:meth:`_Analysis.post_expr`).
 from __future__ import annotations
 
 import dataclasses
-import math
-from decimal import Decimal
 
 from sqlglot import exp
 
+from dpsql.aggregates import family_for, statistic_rule
+from dpsql.aggregates.count import never_null
+from dpsql.aggregates.quantile import within_group
 from dpsql.analyze import sensitivity
 from dpsql.analyze.bounds import MAX_MAGNITUDE, Interval, bounds
 from dpsql.analyze.domains import domain
@@ -19,14 +20,14 @@ from dpsql.analyze.names import SHADOWS, alias_target
 from dpsql.analyze.outputs import OutputNames
 from dpsql.analyze.plan import Cell, GroupKey, Statistic
 from dpsql.analyze.scope import Scope
-from dpsql.errors import UnboundedExpressionError, UnsupportedQueryError
+from dpsql.errors import UnsupportedQueryError
 from dpsql.limits import DEFAULT as DEFAULT_LIMITS
 from dpsql.limits import Limits
-from dpsql.mechanisms.quantile import Bins
-from dpsql.validate import AGGREGATES, QUANTILES
+from dpsql.validate import AGGREGATES
 
-_VARIANCES = (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop)
-
+#: ``PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY x)`` as ``PERCENTILE_CONT(x, q)`` (the
+#: quantile family's, :func:`dpsql.aggregates.quantile.within_group`)
+_within_group = within_group
 
 class _Analysis:
     """Collects statistics and cells while the query's expressions are rewritten."""
@@ -49,21 +50,18 @@ class _Analysis:
 
     def stat(self, kind: str, arg: exp.Expression | None, interval: Interval | None,
              center: float = 0) -> Statistic:
+        """The statistic of that kind (:mod:`dpsql.aggregates`), added once per query."""
+        rule = statistic_rule(kind)
         candidate = Statistic(
-            name="__users" if kind == "users"
-            else f"__s{sum(1 for s in self.stats if s.kind != 'users')}",
+            name=rule.fixed_name
+            or f"__s{sum(1 for s in self.stats if not s.rule.fixed_name)}",
             kind=kind,
             arg=arg,
             interval=interval,
             center=center,
-            # AVG's and VARIANCE's sums and histograms are rescaled per user (see
-            # per_user_aggregate): fractional, so they take the grid mechanism
-            integer=kind in ("count", "users", "distinct") or (
-                kind == "sum" and not center and interval.integer) or (
-                kind == "hist" and self.one_row),
-            nullable=arg is not None and not self._never_null(arg),
-            bins=Bins.for_interval(interval.lower, interval.upper, interval.integer)
-            if kind == "hist" else None,
+            integer=rule.integer(interval, center, self.one_row),
+            nullable=arg is not None and not never_null(arg, self.scope.column),
+            bins=rule.bins(interval),
         )
         key = candidate.key()
         if key in self._by_key:
@@ -73,36 +71,9 @@ class _Analysis:
             raise UnsupportedQueryError(
                 f"the query needs more than {limits.max_statistics} noisy statistics "
                 "(max_statistics); split it")
-        if kind == "hist" and sum(s.kind == "hist" for s in self.stats) >= limits.max_quantiles:
-            # each is a histogram of up to 64 noisy bins, i.e. 64 columns to rewrite,
-            # compute and noise: refused here, before any of that is built
-            raise UnsupportedQueryError(
-                f"the query asks quantiles (MEDIAN, PERCENTILE_CONT, MIN, MAX...) of more "
-                f"than {limits.max_quantiles} different expressions (max_quantiles); "
-                "quantiles of the same expression cost one")
-        if kind == "hist":
-            # the rewrite writes the argument out about twice per bin (up to 64 bins):
-            # counted here, so a long argument cannot become megabytes of SQL
-            copies = sum(s.width * sum(1 for _ in s.arg.walk())
-                         for s in self.stats if s.kind == "hist")
-            copies += candidate.width * sum(1 for _ in arg.walk())
-            if 2 * copies > 2 * limits.max_nodes:
-                raise UnsupportedQueryError(
-                    f"the quantiles' arguments, written out once per histogram bin, would "
-                    f"exceed {2 * limits.max_nodes} syntax nodes (twice max_nodes); "
-                    "shorten the arguments or ask fewer quantiles")
+        rule.check(self.stats, candidate, limits, MAX_MAGNITUDE)
         self._by_key[key] = candidate
-        if kind in ("sum", "sumsq"):
-            shifted = Interval(interval.lower - center, interval.upper - center, candidate.integer)
-            if kind == "sumsq" and shifted.magnitude > math.sqrt(MAX_MAGNITUDE):
-                # the squares' bound would overflow the noise scale (a float OverflowError)
-                raise UnboundedExpressionError(
-                    f"the centred bounds of {arg.sql(dialect='duckdb')[:80]!r} reach "
-                    f"{shifted.magnitude:.3g}; VARIANCE and STDDEV square them, so dpsql "
-                    f"takes them up to {math.sqrt(MAX_MAGNITUDE):g}")
-            candidate.linf = sensitivity.linf(kind, shifted, self.R)
-        else:
-            candidate.linf = sensitivity.linf(kind, None, self.R)
+        candidate.linf = sensitivity.linf(kind, rule.values_interval(candidate), self.R)
         self.stats.append(candidate)
         return candidate
 
@@ -216,113 +187,12 @@ class _Analysis:
             )
         if any(arg.find_all(*AGGREGATES)):
             raise UnsupportedQueryError("aggregates inside aggregates are not allowed")
-        name = f"__a{len(self.cells)}"
-        if isinstance(agg, exp.Count):
-            cell = Cell(name, agg, "stat", (self._count(arg).name,))
-        elif isinstance(agg, exp.Sum):
-            interval = bounds(arg, self.scope.column)
-            cell = Cell(name, agg, "stat", (self.stat("sum", arg, interval).name,))
-        elif isinstance(agg, QUANTILES):
-            arg, q = _quantile_parts(agg)
-            interval = bounds(arg, self.scope.column)
-            hist = self.stat("hist", arg, interval)
-            cell = Cell(name, agg, "quantile", (hist.name,), 0, interval.lower,
-                        interval.upper, q)
-        elif isinstance(agg, _VARIANCES):
-            # VAR = SUM((x-m)²)/N − (SUM(x-m)/N)², from three noisy statistics
-            interval = bounds(arg, self.scope.column)
-            center = sensitivity.normalised_center(interval)
-            squares = self.stat("sumsq", arg, interval, center)
-            total = self.stat("sum", arg, interval, center)
-            count = self._count(arg)
-            kind = {exp.VariancePop: "var_pop", exp.StddevPop: "std_pop",
-                    exp.Variance: "var_samp", exp.Stddev: "std_samp",
-                    exp.StddevSamp: "std_samp"}[type(agg)]
-            cell = Cell(name, agg, kind, (squares.name, total.name, count.name), center,
-                        interval.lower, interval.upper)
-        else:  # AVG = m + SUM(x - m) / COUNT(x), both noised, m the bounds' midpoint
-            interval = bounds(arg, self.scope.column)
-            center = sensitivity.normalised_center(interval)
-            total = self.stat("sum", arg, interval, center)
-            count = self._count(arg)
-            cell = Cell(name, agg, "avg", (total.name, count.name), center,
-                        interval.lower, interval.upper)
+        # the aggregate's family says which statistics it needs (dpsql.aggregates)
+        cell = Cell(f"__a{len(self.cells)}", agg, **family_for(agg).cell(self, agg))
         self.cells.append(cell)
         self._cell_by_sql[key] = cell
         return cell
 
-    def _count(self, arg: exp.Expression) -> Statistic:
-        if isinstance(arg, exp.Star):
-            return self.stat("count", None, None)
-        if isinstance(arg, exp.Distinct):
-            cols = arg.expressions
-            if len(cols) == 1 and self.scope.is_uid(cols[0]):
-                return self.stat("users", None, None)
-            if len(cols) != 1:
-                raise UnsupportedQueryError(
-                    "COUNT(DISTINCT ...) takes one expression; combine columns with ||")
-            if any(cols[0].find_all(*AGGREGATES)):
-                raise UnsupportedQueryError("aggregates inside aggregates are not allowed")
-            # each user adds at most R distinct values per group (count_distinct_values)
-            return self.stat("distinct", cols[0], None)
-        if self._never_null(arg):
-            return self.stat("count", None, None)
-        return self.stat("count", arg, None)
-
-    def _never_null(self, e: exp.Expression) -> bool:
-        if isinstance(e, exp.Literal):
-            return True
-        if isinstance(e, exp.Column):
-            return not self.scope.column(e).nullable
-        if isinstance(e, exp.Paren | exp.Neg | exp.Abs):
-            return self._never_null(e.this)
-        if isinstance(e, exp.Add | exp.Sub | exp.Mul):
-            return self._never_null(e.this) and self._never_null(e.expression)
-        return False
-
-
-
-def _within_group(node: exp.Expression) -> exp.Expression:
-    """``PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY x [DESC])`` as ``PERCENTILE_CONT(x, q)``.
-
-    >>> from sqlglot import parse_one
-    >>> e = parse_one("SELECT PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY x DESC) FROM t")
-    >>> e.transform(_within_group).sql()
-    'SELECT PERCENTILE_CONT(x, 0.1) FROM t'
-    """
-    if not isinstance(node, exp.WithinGroup):
-        return node
-    order = node.expression
-    if not isinstance(order, exp.Order) or len(order.expressions) != 1:
-        raise UnsupportedQueryError("WITHIN GROUP needs exactly one ORDER BY expression")
-    ordered = order.expressions[0]
-    _quantile_literal(node.this.this, node.this.sql_name())  # refuses a bad one
-    literal = node.this.this.copy()
-    if ordered.args.get("desc"):  # exact decimal arithmetic: 1 - 0.9 is 0.1
-        literal = exp.Literal.number(str(1 - Decimal(literal.this)))
-    return type(node.this)(this=ordered.this.copy(), expression=literal)
-
-
-def _quantile_parts(agg: exp.Expression) -> tuple[exp.Expression, float]:
-    """The aggregated expression and the quantile ``q`` of a quantile aggregate."""
-    if isinstance(agg, exp.Min | exp.Max):
-        if agg.expressions:
-            raise UnsupportedQueryError(f"{agg.sql_name()} takes one argument")
-        return agg.this, 0.0 if isinstance(agg, exp.Min) else 1.0
-    if isinstance(agg, exp.Median):
-        return agg.this, 0.5
-    literal = agg.args.get("quantile") if isinstance(
-        agg, exp.Quantile | exp.ApproxQuantile) else agg.args.get("expression")
-    if literal is None:
-        raise UnsupportedQueryError(f"{agg.sql_name()} needs a quantile, e.g. 0.5")
-    return agg.this, _quantile_literal(literal, agg.sql_name())
-
-
-def _quantile_literal(e: exp.Expression, name: str) -> float:
-    if isinstance(e, exp.Literal) and not e.is_string:
-        q = float(e.this)
-        if 0 <= q <= 1:
-            return q
-    raise UnsupportedQueryError(
-        f"{name} needs one quantile given as a number literal between 0 and 1, "
-        f"not {e.sql(dialect='duckdb')[:40]}")
+    def interval(self, arg: exp.Expression) -> Interval:
+        """The bounds of an aggregate's argument, from the catalog."""
+        return bounds(arg, self.scope.column)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from dpsql.accounting import Cost
+from dpsql.aggregates import Family, StatisticRule, family_of, statistic_rule
 from dpsql.analyze.bounds import Interval
 from dpsql.analyze.domains import Combinations
 from dpsql.analyze.scope import Scope
@@ -25,8 +26,9 @@ class Statistic:
     Attributes:
         name: column name in the rewritten SQL (``__s0``, ...; ``__users`` for users).
         kind: ``count`` (rows), ``sum`` (clamped values), ``sumsq`` (squares, for
-            VARIANCE), ``users`` (distinct users) or ``hist`` (a histogram of ``arg``
-            over ``bins``, for quantiles: one column ``<name>_<j>`` per bin).
+            VARIANCE), ``users`` (distinct users), ``distinct`` (distinct values) or
+            ``hist`` (a histogram of ``arg`` over ``bins``, for quantiles: one column
+            ``<name>_<j>`` per bin); its :attr:`rule` says what the kind means.
         arg: the per-row value (None for ``COUNT(*)`` and ``users``).
         interval: bounds the per-row value is clamped to (sums only).
         center: subtracted from each clamped value (normalised sums for AVG).
@@ -65,23 +67,14 @@ class Statistic:
         return [f"{self.name}_{j}" for j in range(self.bins.count)]
 
     @property
+    def rule(self) -> StatisticRule:
+        """What its kind says: label, sensitivity, SQL (:mod:`dpsql.aggregates`)."""
+        return statistic_rule(self.kind)
+
+    @property
     def label(self) -> str:
         """Human description, e.g. ``SUM(income - 250000)``."""
-        if self.kind == "hist":
-            return (f"HISTOGRAM({self.arg.sql(dialect='duckdb')}, {self.bins.count} bins "
-                    f"over [{self.interval.lower:g}, {self.interval.upper:g}])")
-        if self.kind == "users":
-            return "COUNT(DISTINCT <user>)"
-        if self.kind == "distinct":
-            return f"COUNT(DISTINCT {self.arg.sql(dialect='duckdb')})"
-        if self.kind == "count":
-            return f"COUNT({self.arg.sql(dialect='duckdb') if self.arg else '*'})"
-        arg = self.arg.sql(dialect="duckdb")
-        if self.kind == "sumsq":
-            return f"SUM(({arg} - {self.center:g})^2)"
-        if self.center:
-            return f"SUM({arg} - {self.center:g})"
-        return f"SUM({arg})"
+        return self.rule.label(self)
 
     def key(self) -> tuple:
         """Identity used to noise a statistic only once when several aggregates need it."""
@@ -104,7 +97,8 @@ class Cell:
     ``kind`` is ``stat`` (the statistic's noisy value), ``avg``
     (``clamp(center + sum / max(count, 1), lower, upper)``), or a variance kind
     (``var_pop``, ``var_samp``, ``std_pop``, ``std_samp``) from sums of squares, sums
-    and counts, or ``quantile`` (the ``quantile``-th quantile read off a histogram).
+    and counts, or ``quantile`` (the ``quantile``-th quantile read off a histogram);
+    its :attr:`family` computes the value, range and intervals.
     """
 
     name: str
@@ -115,6 +109,11 @@ class Cell:
     lower: float = 0
     upper: float = 0
     quantile: float = 0.5
+
+    @property
+    def family(self) -> Family:
+        """The aggregate family behind its kind (:mod:`dpsql.aggregates`)."""
+        return family_of(self.kind)
 
 
 @dataclass

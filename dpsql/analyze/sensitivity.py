@@ -7,6 +7,10 @@ given by :func:`partial_range`. Adding or removing the user therefore moves each
 G per-group totals by at most the largest absolute value of that range (L∞), and the
 vector of all groups' totals by at most ``G · L∞`` in L1 norm.
 
+Each kind of statistic states its range, with the argument, in its own module of
+:mod:`dpsql.aggregates` (``partial_range`` of its
+:class:`~dpsql.aggregates.base.StatisticRule`); this module is the one entry point.
+
 >>> partial_range("count", None, max_rows=3)
 (0, 3)
 >>> linf("count", None, max_rows=3)
@@ -25,45 +29,26 @@ vector of all groups' totals by at most ``G · L∞`` in L1 norm.
 
 from __future__ import annotations
 
+from dpsql.aggregates import KINDS, statistic_rule
+from dpsql.aggregates.avg import normalised_center
 from dpsql.analyze.bounds import Interval
 
-#: Statistic kinds the engine noises.
-KINDS = ("count", "sum", "sumsq", "users", "hist", "distinct")
+__all__ = ["KINDS", "Interval", "l1", "linf", "normalised_center", "partial_range"]
 
 
 def partial_range(kind: str, interval: Interval | None, max_rows: int) -> tuple[float, float]:
     """Range the SQL clamps one user's partial aggregate in one group into.
 
-    * ``count`` (COUNT(*) or COUNT(x)): the user's row count in the group, capped at
-      ``R = max_rows``: ``[0, R]``. The cap is a ``LEAST(COUNT(...), R)`` in SQL.
-    * ``sum`` of a per-row value clamped to ``[L, U]``: a sum of at most R such values
-      lies in ``[R·min(L, 0), R·max(U, 0)]`` (0 for a user whose rows are all NULL).
-      The user's partial sum is clamped there in SQL, so a user with more than R rows
-      still stays inside the range.
-    * ``users`` (COUNT(DISTINCT user key)): after the per-user aggregate each user is
-      one row of the group, so the partial is exactly 1.
-    * ``sumsq`` (for VARIANCE): ``Σ (x − m)²`` over at most R rows, with ``x − m`` in the
-      given (already centred) interval: ``[0, R · max(|L−m|, |U−m|)²]``.
-    * ``distinct`` (COUNT(DISTINCT col), col not the user key): each user keeps at most R
-      distinct values per group (:mod:`dpsql.rewrite.count_distinct_values`), so adding
-      or removing the user moves the group's distinct count by at most R: ``[0, R]``.
-    * ``hist`` (for quantiles): a vector of one count per bin. The SQL scales the user's
-      bin counts ``c_j`` in the group by ``min(T, R) / T``, ``T = Σ_j c_j``, so the partials
-      are non-negative and sum to at most R: each lies in ``[0, R]`` and the vector's L1
-      (and L2) norm is at most R. The noise is calibrated to that vector bound, with the
-      bins as ``width`` coordinates (:func:`dpsql.mechanisms.laplace.laplace`).
+    The argument for each kind is the docstring of its rule's ``partial_range``:
+    ``count`` (:mod:`dpsql.aggregates.count`), ``users`` and ``distinct``
+    (:mod:`dpsql.aggregates.count_distinct`), ``sum`` (:mod:`dpsql.aggregates.sums`),
+    ``sumsq`` (:mod:`dpsql.aggregates.variance`), ``hist``
+    (:mod:`dpsql.aggregates.quantile`).
+
+    Raises:
+        ValueError: an unknown kind.
     """
-    if kind == "sumsq":
-        assert interval is not None
-        return (0, max_rows * interval.magnitude**2)
-    if kind in ("count", "hist", "distinct"):
-        return (0, max_rows)
-    if kind == "users":
-        return (0, 1)
-    if kind == "sum":
-        assert interval is not None
-        return (max_rows * min(interval.lower, 0), max_rows * max(interval.upper, 0))
-    raise ValueError(f"unknown statistic kind {kind!r}")
+    return statistic_rule(kind).partial_range(interval, max_rows)
 
 
 def linf(kind: str, interval: Interval | None, max_rows: int) -> float:
@@ -74,18 +59,6 @@ def linf(kind: str, interval: Interval | None, max_rows: int) -> float:
     """
     low, high = partial_range(kind, interval, max_rows)
     return max(abs(low), abs(high))
-
-
-def normalised_center(interval: Interval) -> float:
-    """Midpoint ``m`` used to centre a sum for AVG: ``SUM(x − m)`` has the smallest L∞.
-
-    For ``x ∈ [L, U]``, ``x − m ∈ [L − m, U − m]``, so L∞ is ``R·(U − L)/2`` instead of
-    ``R·max(|L|, |U|)``. For integer values ``m`` is rounded down so the centred sum
-    stays an integer and gets exact discrete noise.
-    """
-    if interval.integer:
-        return (int(interval.lower) + int(interval.upper)) // 2
-    return interval.lower / 2 + interval.upper / 2  # no overflow near the float maximum
 
 
 def l1(linf_value: float, max_groups: int) -> float:

@@ -11,8 +11,6 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
-from dpsql.rewrite._sql import clamp
-from dpsql.rewrite.statistics_query import argument, value_expression
 
 
 def clamp_values(expression: exp.Select, plan: Plan) -> exp.Select:
@@ -24,12 +22,9 @@ def clamp_values(expression: exp.Select, plan: Plan) -> exp.Select:
     >>> clamp_values(statistics_query(plan), plan).sql()
     'SELECT SUM(LEAST(GREATEST(income, 0), 500000)) AS __s0 FROM pums'
     """
-    sums = {s.name: s for s in plan.stats if s.kind in ("sum", "sumsq")}
+    stats = {s.name: s for s in plan.stats}
     for item in expression.expressions:
-        stat = sums.get(item.alias_or_name)
-        if stat is None or not isinstance(item.this, exp.Sum):
-            continue
-        clamped = clamp(argument(stat, item.this), stat.interval.lower, stat.interval.upper,
-                        stat.nullable)
-        item.this.set("this", value_expression(stat, clamped))
+        stat = stats.get(item.alias_or_name)
+        if stat is not None:
+            stat.rule.clamp(stat, item.this)  # sums only (dpsql.aggregates.sums)
     return expression

@@ -45,10 +45,10 @@ def count_distinct_values(expression: exp.Select, plan: Plan) -> exp.Select:
     ) AS __main
     CROSS JOIN __count__s0
     """
-    stats = [s for s in plan.stats if s.kind == "distinct"]
     with_ = expression.args.get("with_")
     ctes = {c.alias for c in with_.expressions} if with_ else set()
-    stats = [s for s in stats if values_table(s) in ctes]
+    # the COUNT(DISTINCT col) statistics, whose values per_user_aggregate kept
+    stats = [s for s in plan.stats if values_table(s) in ctes]
     if not stats:  # one row per user: the plain COUNT(DISTINCT) is already bounded
         return expression
     keys = [exp.column(k.name) for k in plan.keys]

@@ -20,25 +20,13 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.analyze import sensitivity
-from dpsql.analyze.bounds import Interval
 from dpsql.analyze.plan import Plan
-from dpsql.rewrite._sql import clamp, number
-from dpsql.rewrite.statistics_query import argument, bin_argument
+from dpsql.rewrite._sql import number
 
 UID = "__uid"
 #: Column of ``__per_user`` holding a user's rows in a group before the cap, read only by
 #: the bias check's own query (:func:`dpsql.bias.bias_query`).
 RAW_ROWS = "__raw_rows"
-
-
-def _scaled(total: exp.Expression, arg: exp.Expression, R: int) -> exp.Expression:
-    """``total · min(COUNT(arg), R) / COUNT(arg)`` in floating point; NULL for no rows."""
-    count = exp.Count(this=arg.copy())
-    capped = exp.Cast(this=exp.Least(this=count.copy(), expressions=[number(R)],
-                                     ignore_nulls=True), to=exp.DataType.build("DOUBLE"))
-    return exp.Div(this=exp.Mul(this=total, expression=capped),
-                   expression=exp.Nullif(this=count, expression=number(0)))
 PER_USER = "__per_user"
 #: Column of a user's distinct values in :func:`values_table`.
 VALUE = "__v"
@@ -96,7 +84,6 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
     """
     if plan.uid is None or plan.one_row_per_user:
         return expression
-    R = plan.max_rows
     inner = exp.select(exp.alias_(plan.uid.copy(), UID))
     outer = exp.select()
     distinct: list = []
@@ -106,35 +93,18 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
             inner = inner.select(item.copy(), copy=False)
             outer = outer.select(exp.column(name), copy=False)
             continue
+        # each kind of statistic says its partial and its per-group total
+        # (dpsql.aggregates; the ranges are dpsql.analyze.sensitivity's)
         stat = plan.stat(name)
-        if stat.kind == "users":
-            outer = outer.select(exp.alias_(exp.Count(this=exp.Star()), name), copy=False)
-            continue
-        if stat.kind == "distinct":  # counted from a table of their own
-            distinct.append((stat, item.this.this.expressions[0]))
-            continue
-        agg = item.this.copy()
-        if stat.kind == "hist":
-            # the user's bin counts scaled to min(count, R) rows in all: non-negative, at
-            # most R together, since each row is in at most one bin
-            value = bin_argument(item.this)
-            partial = clamp(exp.Coalesce(this=_scaled(agg, value, R), expressions=[number(0)]),
-                            0, R)
-        elif stat.kind == "count":
-            partial = exp.Least(this=agg, expressions=[number(R)], ignore_nulls=True)
-        else:
-            shifted = Interval(stat.interval.lower - stat.center,
-                               stat.interval.upper - stat.center)
-            low, high = sensitivity.partial_range(stat.kind, shifted, R)
-            if stat.center or stat.kind == "sumsq":
-                # AVG's and VARIANCE's sums go with a count capped at R: scale a user's
-                # sum to R rows' worth (their mean times min(count, R)), so sum and count
-                # describe the same rows; it stays inside the clamp range below
-                agg = _scaled(agg, argument(stat, item.this), R)
-            # a user whose values are all NULL adds nothing: SUM is NULL, read as 0
-            partial = clamp(exp.Coalesce(this=agg, expressions=[number(0)]), low, high)
-        inner = inner.select(exp.alias_(partial, name), copy=False)
-        outer = outer.select(exp.alias_(exp.Sum(this=exp.column(name)), name), copy=False)
+        value = stat.rule.distinct_value(item.this)
+        if value is not None:  # counted from a table of their own
+            distinct.append((stat, value))
+        partial = stat.rule.partial(stat, item.this, plan.max_rows)
+        if partial is not None:
+            inner = inner.select(exp.alias_(partial, name), copy=False)
+        total = stat.rule.per_group(name)
+        if total is not None:
+            outer = outer.select(exp.alias_(total, name), copy=False)
     if plan.bias is not None and not plan.bias.free:
         # the user's rows in the group before any cap, read only by the bias check's
         # own query (dpsql.bias.bias_query); the statistics below never read it
