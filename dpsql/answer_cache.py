@@ -164,8 +164,9 @@ class AnswerCache:
 
     def __len__(self) -> int:
         with self._ledger.side_table() as (db, prefix, _):
-            return db.execute(f"SELECT COUNT(*) FROM {prefix}answers WHERE key NOT LIKE "
-                              f"'{CORE_PREFIX}%'").fetchone()[0]
+            # the pattern as a parameter: psycopg reads a '%' in the text as one
+            return db.execute(f"SELECT COUNT(*) FROM {prefix}answers WHERE key NOT LIKE ?",
+                              (CORE_PREFIX + "%",)).fetchone()[0]
 
 
 def clear(ledger, dataset: str | None = None, analyst: str | None = None) -> int:
@@ -183,8 +184,8 @@ def clear(ledger, dataset: str | None = None, analyst: str | None = None) -> int
     with ledger.side_table(write=True) as (db, prefix, _):
         db.execute(_table(prefix))
         counted = f"{clause} AND" if clause else " WHERE"
-        n = db.execute(f"SELECT COUNT(*) FROM {prefix}answers{counted} key NOT LIKE "
-                       f"'{CORE_PREFIX}%'", tuple(args)).fetchone()[0]
+        n = db.execute(f"SELECT COUNT(*) FROM {prefix}answers{counted} key NOT LIKE ?",
+                       (*args, CORE_PREFIX + "%")).fetchone()[0]
         db.execute(f"DELETE FROM {prefix}answers{clause}", tuple(args))
     return n
 
