@@ -15,11 +15,14 @@ from dpsql.mechanisms.gaussian import GAUSSIAN
 from dpsql.mechanisms.laplace import LAPLACE, Constant, DiscreteLaplace, GridLaplace, laplace
 from dpsql.mechanisms.partition import LaplaceThreshold
 
-#: The mechanism families by the name the analyst writes; the first is the default.
+#: The mechanism families by the name the analyst writes.
 MECHANISMS: dict[str, Mechanism] = {
     LAPLACE.name: LAPLACE,
     GAUSSIAN.name: GAUSSIAN,
 }
+
+#: The family used when the analyst names none.
+DEFAULT_MECHANISM = LAPLACE.name
 
 
 def mechanism(name: object) -> Mechanism:
@@ -37,5 +40,5 @@ def mechanism(name: object) -> Mechanism:
     return MECHANISMS[name]
 
 
-__all__ = ["MECHANISMS", "BudgetSplit", "Constant", "DiscreteLaplace", "GridLaplace",
-           "LaplaceThreshold", "Mechanism", "Noise", "laplace", "mechanism"]
+__all__ = ["DEFAULT_MECHANISM", "MECHANISMS", "BudgetSplit", "Constant", "DiscreteLaplace",
+           "GridLaplace", "LaplaceThreshold", "Mechanism", "Noise", "laplace", "mechanism"]

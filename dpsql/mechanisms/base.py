@@ -98,6 +98,8 @@ class Mechanism(Protocol):
     budget: str
     #: whether the family spends δ (then a query must give δ > 0)
     needs_delta: bool
+    #: how the CLI's help describes it ("discrete Laplace")
+    description: str
 
     def split(self, epsilon: float, delta: float, parts: int,
               selecting: bool) -> BudgetSplit:

@@ -211,6 +211,7 @@ class Gaussian:
     name = "gaussian"
     budget = "rho"
     needs_delta = True
+    description = "Gaussian (needs delta > 0)"
 
     def split(self, epsilon: float, delta: float, parts: int,
               selecting: bool) -> BudgetSplit:

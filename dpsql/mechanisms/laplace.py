@@ -306,6 +306,7 @@ class Laplace:
     name = "laplace"
     budget = "epsilon"
     needs_delta = False
+    description = "discrete Laplace"
 
     def split(self, epsilon: float, delta: float, parts: int,
               selecting: bool) -> BudgetSplit:
