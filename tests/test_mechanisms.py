@@ -109,3 +109,25 @@ def test_labels_name_the_noise_for_explain():
     assert labels == {"discrete Laplace", "grid Laplace", "discrete Gaussian",
                       "grid Gaussian"}
     assert math.isfinite(MECHANISMS["gaussian"].calibrate(1, 1, 1.0, True).scale)
+
+
+@pytest.mark.parametrize("name,delta", [("laplace", 0.0), ("gaussian", 1e-6)])
+def test_engine_recalibrates_through_the_family(name, delta):
+    """A statistic the engine types as a fraction gets the family's grid noise at the same
+    share, whichever the family (COUNT(DISTINCT user) included); partition selection's
+    user counts keep their integer noise, on which the threshold was computed."""
+    from dpsql.engine import _demo_plan, statistic_types
+
+    plan = _demo_plan("SELECT COUNT(DISTINCT pid), SUM(age) FROM PUMS.PUMS", 1.0, delta,
+                      mechanism=name)
+    statistic_types(plan, {c: "DOUBLE" for s in plan.stats for c in s.columns})
+    family = MECHANISMS[name]
+    for s in plan.stats:
+        share = getattr(s, family.budget)
+        assert not s.mechanism.integer
+        assert s.mechanism.privacy_map(s.linf, plan.max_groups) <= share * (1 + 1e-9)
+    plan = _demo_plan("SELECT income, COUNT(DISTINCT pid) FROM PUMS.PUMS GROUP BY income", 1.0,
+                      1e-6, mechanism=name)
+    assert plan.selection is not None
+    statistic_types(plan, {c: "DOUBLE" for s in plan.stats for c in s.columns})
+    assert plan.stat("__users").mechanism is plan.selection.noise
