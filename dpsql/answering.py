@@ -13,6 +13,7 @@ from dpsql import types as sqltypes
 from dpsql.accuracy import statistic_feeds
 from dpsql.analyze import Plan
 from dpsql.errors import AnalysisError, DpsqlError, PostprocessError, UnsupportedQueryError
+from dpsql.mechanisms import mechanism as mechanism_family
 from dpsql.postprocess import stat_half_width
 
 _log = logging.getLogger("dpsql.owner")
@@ -32,9 +33,7 @@ def statistic_types(plan: Plan, schema: dict[str, str], reports_types: bool = Tr
     Raises:
         UnsupportedQueryError: (not charged) a statistic of a type that is not a number.
     """
-    from dpsql.mechanisms.gaussian import gaussian
-    from dpsql.mechanisms.laplace import laplace
-
+    family = mechanism_family(plan.mechanism)
     for stat in plan.stats:
         types = [schema.get(c) for c in stat.columns]
         for column, t in zip(stat.columns, types, strict=True):
@@ -52,11 +51,12 @@ def statistic_types(plan: Plan, schema: dict[str, str], reports_types: bool = Tr
         if whole or stat.mechanism is None or type(stat.mechanism).__name__ == "Constant":
             continue
         stat.integer = False
-        if stat.rho is not None:
-            stat.mechanism = gaussian(stat.linf, plan.max_groups, stat.rho, False, stat.width)
-        elif stat.epsilon is not None and stat.name != "__users":
-            stat.mechanism = laplace(stat.linf, plan.max_groups, stat.epsilon, False,
-                                     stat.width)
+        share = getattr(stat, family.budget)  # Statistic.epsilon or .rho
+        selection = plan.selection is not None and stat.mechanism is plan.selection.noise
+        # partition selection's user counts keep their integer noise (the threshold's)
+        if share is not None and not selection:
+            stat.mechanism = family.calibrate(stat.linf, plan.max_groups, share, False,
+                                              stat.width)
 
 
 def asymmetry_notes(answer) -> tuple[str, ...]:
@@ -135,10 +135,7 @@ def internal_error(exc: BaseException, stage: str, charged: bool = False) -> Dps
 
 
 def mechanism_name(stat) -> str:
-    kind = type(stat.mechanism).__name__
-    return {"DiscreteLaplace": "discrete Laplace", "GridLaplace": "grid Laplace",
-            "DiscreteGaussian": "discrete Gaussian", "GridGaussian": "grid Gaussian",
-            "Constant": "none (constant)"}.get(kind, kind)
+    return getattr(stat.mechanism, "label", type(stat.mechanism).__name__)
 
 
 def split_table(plan: Plan, alpha: float) -> list[dict]:

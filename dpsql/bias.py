@@ -60,13 +60,12 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedQueryError
-from dpsql.mechanisms import laplace
-from dpsql.mechanisms.gaussian import gaussian
 from dpsql.rewrite.per_user_aggregate import PER_USER, RAW_ROWS, UID
 from dpsql.sqlbuild import number
 
 if TYPE_CHECKING:  # pragma: no cover
     from dpsql.analyze.plan import Plan
+    from dpsql.mechanisms.base import Mechanism
 #: Columns of the bias check's query: users, users over max_rows, over max_groups.
 USERS, ROWS_CUT, GROUPS_CUT = "__b_users", "__b_rows", "__b_groups"
 
@@ -96,24 +95,21 @@ class BiasCheck:
         return (USERS, ROWS_CUT, GROUPS_CUT) if self.groups else (USERS, ROWS_CUT)
 
 
-def calibrate(check: BiasCheck, epsilon: float | None, rho: float | None) -> None:
-    """Sets the noise of the counts for a share ``epsilon`` (Laplace) or ``rho``.
+def calibrate(check: BiasCheck, family: Mechanism, share: float) -> None:
+    """Sets the noise of the counts for a ``share`` of the budget (``family.budget``:
+    ε for Laplace, ρ for Gaussian).
 
     Each user moves each of the ``k`` counts by at most 1: L1 = k, L2 = √k (module
-    docstring); :func:`~dpsql.mechanisms.laplace.laplace` with ``linf = 1`` over ``k``
-    "groups" gives scale ``k / ε``, :func:`~dpsql.mechanisms.gaussian.gaussian`
-    ``σ = √(k / 2ρ)``.
+    docstring); the family calibrated with ``linf = 1`` over ``k`` "groups" gives
+    Laplace scale ``k / ε``, Gaussian ``σ = √(k / 2ρ)``.
 
-    >>> c = BiasCheck(groups=True); calibrate(c, 0.5, None); c.mechanism.scale
+    >>> from dpsql.mechanisms import mechanism
+    >>> c = BiasCheck(groups=True); calibrate(c, mechanism("laplace"), 0.5); c.mechanism.scale
     6.0
     """
-    k = len(check.columns)
-    if rho is not None:
-        check.rho = rho
-        check.mechanism = gaussian(1, k, rho, True)
-    else:
-        check.epsilon = float(epsilon)
-        check.mechanism = laplace(1, k, float(epsilon), True)
+    share = float(share)
+    setattr(check, family.budget, share)  # BiasCheck.epsilon or .rho
+    check.mechanism = family.calibrate(1, len(check.columns), share, True)
 
 
 def bias_query(plan: Plan, expression: exp.Select) -> exp.Select | None:

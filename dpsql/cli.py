@@ -26,7 +26,11 @@ from dpsql.cli_support import cli_spelling  # noqa: F401 - re-exported
 from dpsql.cli_support import fail as _fail
 from dpsql.cli_support import spinner as _status
 from dpsql.errors import DpsqlError
+from dpsql.mechanisms import DEFAULT_MECHANISM, MECHANISMS
 from dpsql.text import escape
+
+#: ``--mechanism``'s help, from the registry: "Noise: discrete Laplace, or Gaussian (...)."
+_MECHANISM_HELP = f"Noise: {', or '.join(m.description for m in MECHANISMS.values())}."
 
 DEMO_QUERIES = [
     ("Count and average income by sex (public domain: both keys always shown)",
@@ -133,9 +137,9 @@ def _query_options(fn):
         click.option("--max-groups", type=int, default=None,
                      help="Override the table's max_groups."),
         click.option("--max-rows", type=int, default=None, help="Override the table's max_rows."),
-        click.option("--mechanism", type=click.Choice(["laplace", "gaussian"]),
-                     default="laplace", show_default=True,
-                     help="Noise: discrete Laplace, or Gaussian (needs delta > 0)."),
+        click.option("--mechanism", type=click.Choice(list(MECHANISMS)),
+                     default=DEFAULT_MECHANISM, show_default=True,
+                     help=_MECHANISM_HELP),
         click.option("--alpha", type=_ALPHA, default=0.05, show_default=True,
                      help="Error bars are 1 - alpha confidence intervals."),
     ]
@@ -227,8 +231,8 @@ def query(sql, database, catalog, epsilon, delta, max_groups, max_rows, ledger, 
               show_default=True, help="Epsilon of each query (.epsilon changes it).")
 @click.option("--delta", type=click.FloatRange(0, 1, max_open=True), default=0.0,
               show_default=True, help="Delta of each query (.delta changes it).")
-@click.option("--mechanism", type=click.Choice(["laplace", "gaussian"]), default="laplace",
-              show_default=True, help="Noise: discrete Laplace, or Gaussian (needs delta > 0).")
+@click.option("--mechanism", type=click.Choice(list(MECHANISMS)), default=DEFAULT_MECHANISM,
+              show_default=True, help=_MECHANISM_HELP)
 @click.option("--alpha", type=_ALPHA, default=0.05, show_default=True,
               help="Error bars are 1 - alpha confidence intervals.")
 @click.option("--ledger", type=click.Path(dir_okay=False), default=None,

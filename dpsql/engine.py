@@ -59,6 +59,8 @@ from dpsql.keys import (
     temporal_key_type,
 )
 from dpsql.ledger import ALL, BudgetView, Ledger
+from dpsql.mechanisms import DEFAULT_MECHANISM
+from dpsql.mechanisms import mechanism as mechanism_family
 from dpsql.normalize import normalize
 from dpsql.params import refuse_number
 from dpsql.parse import parse
@@ -85,7 +87,7 @@ def connect(
     ledger: str | Path | Ledger | None = None,
     analyst: str | None = None,
     alpha: float = 0.05,
-    mechanism: str = "laplace",
+    mechanism: str = DEFAULT_MECHANISM,
     intervals: bool = False,
     answer_cache: bool | None = None,
     plan_cache: bool = True,
@@ -151,7 +153,7 @@ class Connection(Explaining, Answering):
 
     def __init__(self, database: Any, catalog: Any = None, budget=None, *, ledger=None,
                  analyst: str | None = None, alpha: float = 0.05,
-                 mechanism: str = "laplace", intervals: bool = False,
+                 mechanism: str = DEFAULT_MECHANISM, intervals: bool = False,
                  answer_cache: bool | None = None, plan_cache: bool = True):
         from dpsql.ledger import (
             apply_database_pin,
@@ -179,9 +181,7 @@ class Connection(Explaining, Answering):
             budget = check_budget(budget, "connection budget")
         if not 0 < alpha < 1:
             raise PrivacyParameterError(f"alpha must be in (0, 1), got {alpha}")
-        if mechanism not in ("laplace", "gaussian"):
-            raise PrivacyParameterError(
-                f"mechanism must be 'laplace' or 'gaussian', got {mechanism!r}")
+        mechanism_family(mechanism)  # refuses an unknown name
         if not isinstance(intervals, bool):
             raise PrivacyParameterError(f"intervals must be True or False, got {intervals!r}")
         self._alpha = alpha

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from dpsql.mechanisms import DEFAULT_MECHANISM, MECHANISMS
 from dpsql.text import escape
 
 
@@ -453,7 +454,7 @@ class Explanation:
     max_rows: int
     alpha: float = 0.05
     notes: tuple[str, ...] = ()
-    mechanism: str = "laplace"
+    mechanism: str = DEFAULT_MECHANISM
     rho: float | None = None
     outputs: list[dict] = field(default_factory=list)
 
@@ -463,7 +464,8 @@ class Explanation:
         Both renderings read these (and escape every string themselves).
         """
         conf = f"{100 * (1 - self.alpha):g}%"
-        share = "rho" if self.mechanism == "gaussian" else "epsilon"
+        # the share's unit, "epsilon" or "rho" (a display never raises: unknown reads as ε)
+        share = getattr(MECHANISMS.get(self.mechanism), "budget", "epsilon")
         parts: list[tuple[str, Any]] = []
         if self.outputs:
             parts.append(("title", f"Output columns (predicted ± at {conf} confidence):"))

@@ -24,6 +24,7 @@ from pathlib import Path
 import click
 
 from dpsql.errors import DpsqlError, QueryCancelled
+from dpsql.mechanisms import DEFAULT_MECHANISM, MECHANISMS
 from dpsql.text import escape
 
 PROMPT = "dpsql> "
@@ -36,13 +37,14 @@ SQL                 answer an aggregate query privately (ends with ';' or an emp
 .explain SQL        rewritten SQL, noise and predicted error; spends nothing
 .epsilon [X]        show or set the epsilon of each query
 .delta [X]          show or set the delta of each query
-.mechanism [NAME]   show or set the noise: laplace or gaussian
+.mechanism [NAME]   show or set the noise: {mechanisms}
 .alpha [X]          show or set alpha: error bars are 1 - alpha intervals
 .budget             budget spent and remaining (this analyst)
 .tables             catalog tables and their columns
 .help               this help
 .quit               leave (also .exit or Ctrl-D); Ctrl-C drops a half-typed query
-                    or cancels a running one (its charge is kept)"""
+                    or cancels a running one (its charge is kept)""".format(
+    mechanisms=" or ".join(MECHANISMS))
 
 _SQL_WORDS = ("SELECT", "FROM", "WHERE", "GROUP BY", "HAVING", "ORDER BY", "LIMIT", "COUNT",
               "SUM", "AVG", "DISTINCT", "CASE", "WHEN", "THEN", "ELSE", "END", "AS", "AND",
@@ -94,7 +96,7 @@ class Shell(cmd.Cmd):
         super().__init__()
         self.conn = conn
         self.epsilon, self.delta = epsilon, delta
-        self.mechanism, self.alpha = mechanism or "laplace", alpha or 0.05
+        self.mechanism, self.alpha = mechanism or DEFAULT_MECHANISM, alpha or 0.05
         self.interactive = sys.stdin.isatty() if interactive is None else interactive
         self.history = history if history is not None else default_history_path()
         self.buffer: list[str] = []
@@ -246,8 +248,8 @@ class Shell(cmd.Cmd):
     def do_mechanism(self, arg: str) -> None:
         """Show or set the noise mechanism."""
         if arg:
-            if arg.lower() not in ("laplace", "gaussian"):
-                self._error(f".mechanism needs laplace or gaussian, got {arg!r}")
+            if arg.lower() not in MECHANISMS:
+                self._error(f".mechanism needs {' or '.join(MECHANISMS)}, got {arg!r}")
                 return
             self.mechanism = arg.lower()
         self.stdout.write(f"mechanism = {self.mechanism}\n")

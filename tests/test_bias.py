@@ -10,6 +10,7 @@ import pytest
 
 from dpsql.bias import BiasCheck, _share_interval, bias_query, calibrate, release
 from dpsql.engine import _demo_plan
+from dpsql.mechanisms import mechanism
 from dpsql.rewrite import rewrite
 
 SQL = "SELECT educ, COUNT(*) AS n FROM pums_dup GROUP BY educ"
@@ -54,10 +55,10 @@ def test_gaussian_bias_check_takes_a_share_of_rho():
 
 def test_calibrate_pins_the_scale():
     check = BiasCheck(groups=True)
-    calibrate(check, 0.5, None)
+    calibrate(check, mechanism("laplace"), 0.5)
     assert check.mechanism.scale == 6.0
     check = BiasCheck(groups=False)
-    calibrate(check, 2.0, None)
+    calibrate(check, mechanism("laplace"), 2.0)
     assert check.mechanism.scale == 1.0
 
 

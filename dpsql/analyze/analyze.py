@@ -43,8 +43,8 @@ from dpsql.bias import BiasCheck, bound_notes, calibrate, capped_value_notes
 from dpsql.catalog import Catalog
 from dpsql.errors import PrivacyParameterError, UnsupportedQueryError
 from dpsql.limits import DEFAULT as DEFAULT_LIMITS
-from dpsql.mechanisms import Constant, LaplaceThreshold, laplace
-from dpsql.mechanisms.gaussian import gaussian, rho_for
+from dpsql.mechanisms import Constant, LaplaceThreshold
+from dpsql.mechanisms import mechanism as mechanism_family
 from dpsql.validate import AGGREGATES
 
 #: Largest LIMIT/OFFSET (a signed 64-bit integer on every engine).
@@ -146,12 +146,8 @@ class _Query:
 def check_parameters(q: _Query) -> None:
     """(ε, δ) range-checked and the mechanism known (:mod:`dpsql.analyze.parameters`)."""
     epsilon, delta = privacy_parameters(q.epsilon, q.delta)
-    mechanism = q.mechanism
-    if mechanism not in ("laplace", "gaussian"):
-        raise PrivacyParameterError(
-            f"mechanism must be 'laplace' or 'gaussian', got {mechanism!r}")
-    if mechanism == "gaussian" and delta <= 0:
-        raise PrivacyParameterError("gaussian noise needs delta > 0 (e.g. delta=1e-6)")
+    if mechanism_family(q.mechanism).needs_delta and delta <= 0:
+        raise PrivacyParameterError(f"{q.mechanism} noise needs delta > 0 (e.g. delta=1e-6)")
     q.epsilon, q.delta = epsilon, delta
 
 
@@ -311,12 +307,12 @@ def split_budget(q: _Query) -> None:
     the bias check (``q.bias``) for an equal share of the query's budget (module
     docstring); ``q.rho_total`` under Gaussian noise."""
     keys, public, scope, a = q.keys, q.public, q.scope, q.a
-    epsilon, delta, mechanism, G_eff = q.epsilon, q.delta, q.mechanism, q.G_eff
+    family, G_eff = mechanism_family(q.mechanism), q.G_eff
     stats = a.stats
     selection = None
     noised = [s for s in stats]
     if keys and not public:
-        if delta <= 0:
+        if q.delta <= 0:
             missing = ", ".join(k.expr.sql(dialect="duckdb") for k in keys if k.domain is None)
             raise PrivacyParameterError(
                 f"GROUP BY {missing} has no public domain in the catalog, so its keys must "
@@ -336,33 +332,18 @@ def split_budget(q: _Query) -> None:
                          or scope.uid is None
                          or (scope.single and scope.sources[0].per_user))
     shares = len(noised) + (1 if selecting else 0) + (1 if bias and not bias.free else 0)
-    rho_total = None
-    if mechanism == "laplace":
-        share = epsilon / shares if shares else 0.0
-        for s in noised:
-            s.epsilon = share
-            s.mechanism = laplace(s.linf, G_eff, share, s.integer, s.width)
-        selection_eps, selection_delta = share, delta
-        if bias is not None and not bias.free:
-            calibrate(bias, share, None)
-    else:
-        # δ is split between partition selection and the zCDP conversion; ρ is the
-        # largest whose conversion at that δ stays within ε, shared equally; the
-        # selection's ε-DP part counts as ε²/2 of ρ
-        selection_delta = delta / 2 if selecting else 0.0
-        rho_total = rho_for(epsilon, delta - selection_delta) if shares else 0.0
-        rho_share = rho_total / shares if shares else 0.0
-        for s in noised:
-            s.rho = rho_share
-            s.mechanism = gaussian(s.linf, G_eff, rho_share, s.integer, s.width)
-        selection_eps = math.sqrt(2 * rho_share)
-        if bias is not None and not bias.free:
-            calibrate(bias, None, rho_share)
+    # the family's split (Mechanism.split states why the release is (ε, δ)-DP)
+    split = family.split(q.epsilon, q.delta, shares, selecting)
+    for s in noised:
+        setattr(s, family.budget, split.share)  # Statistic.epsilon or .rho
+        s.mechanism = family.calibrate(s.linf, G_eff, split.share, s.integer, s.width)
+    if bias is not None and not bias.free:
+        calibrate(bias, family, split.share)
     if selecting:
-        selection = LaplaceThreshold(selection_eps, selection_delta, G_eff)
-        users.epsilon = selection_eps
+        selection = LaplaceThreshold(split.selection_epsilon, split.selection_delta, G_eff)
+        users.epsilon = split.selection_epsilon
         users.mechanism = selection.noise
-    q.selection, q.bias, q.rho_total = selection, bias, rho_total
+    q.selection, q.bias, q.rho_total = selection, bias, split.rho
 
 
 #: The analysis, in order; each step reads what the earlier ones decided.
@@ -390,7 +371,8 @@ def _plan(q: _Query) -> Plan:
         max_rows=q.R,
         bound_groups=q.bound,
         epsilon=q.epsilon,
-        delta=q.delta if q.selection is not None or q.mechanism == "gaussian" else 0.0,
+        delta=q.delta if q.selection is not None or mechanism_family(q.mechanism).needs_delta
+        else 0.0,
         selection=q.selection,
         seed=secrets.randbits(31) if q.seed is None else q.seed,
         mechanism=q.mechanism,

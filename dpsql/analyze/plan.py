@@ -14,8 +14,7 @@ from dpsql.analyze.bounds import Interval
 from dpsql.analyze.domains import Combinations
 from dpsql.analyze.scope import Scope
 from dpsql.catalog import Table
-from dpsql.mechanisms import DiscreteLaplace, GridLaplace, LaplaceThreshold
-from dpsql.mechanisms.gaussian import DiscreteGaussian, GridGaussian
+from dpsql.mechanisms import LaplaceThreshold, Noise
 from dpsql.mechanisms.quantile import Bins
 
 
@@ -51,7 +50,7 @@ class Statistic:
     linf: float = 0
     epsilon: float = 0.0
     rho: float | None = None
-    mechanism: DiscreteLaplace | GridLaplace | DiscreteGaussian | GridGaussian | None = None
+    mechanism: Noise | None = None
     bins: Bins | None = None
 
     @property

@@ -12,7 +12,7 @@ Theorem 14). After contribution bounding at most ``G`` groups change, each by at
 ``floor(L∞/g) + 1`` units.
 
 >>> m = DiscreteGaussian(sigma=2.0)
->>> m.privacy_map(l2_squared=1)     # rho for an L2 sensitivity of 1
+>>> m.privacy_map(1)     # rho for an L2 sensitivity of 1
 0.125
 >>> m.accuracy(0.05)
 4
@@ -31,6 +31,7 @@ import numpy as np
 import opendp.prelude as dp
 
 from dpsql.errors import PrivacyParameterError
+from dpsql.mechanisms.base import BudgetSplit
 from dpsql.mechanisms.laplace import MAX_UNITS, MIN_UNITS, Grid, check_inputs, check_scale
 
 dp.enable_features("contrib")
@@ -47,6 +48,7 @@ class DiscreteGaussian:
     """Discrete Gaussian noise of parameter ``sigma`` on integer statistics."""
 
     integer = True
+    label = "discrete Gaussian"
 
     def __init__(self, sigma: float):
         if not MIN_UNITS <= sigma <= MAX_UNITS:  # also refuses nan and inf
@@ -59,7 +61,12 @@ class DiscreteGaussian:
     def scale(self) -> float:
         return self.sigma
 
-    def privacy_map(self, l2_squared: float) -> float:
+    def privacy_map(self, linf: float, max_groups: int = 1) -> float:
+        """ρ of releasing a vector in which ``max_groups`` coordinates (groups) change,
+        each by at most ``linf`` in L2: squared L2 sensitivity ``max_groups · linf²``."""
+        return self.rho(max_groups * linf * linf)
+
+    def rho(self, l2_squared: float) -> float:
         """ρ of releasing a vector whose squared L2 sensitivity is ``l2_squared``."""
         return l2_squared / (2 * self.sigma**2)
 
@@ -94,15 +101,27 @@ class DiscreteGaussian:
         noise = self.sample(len(values)).tolist()
         return [int(v) + z for v, z in zip(values, noise, strict=True)]
 
+    def edge_chernoff(self, q: float, high: np.ndarray, low: np.ndarray,
+                      log_2_over_alpha: float) -> np.ndarray:
+        """Chernoff bound on ``high`` draws weighted ``1 − q`` less ``low`` weighted ``q``.
+
+        The discrete Gaussian is sub-Gaussian with variance proxy σ² (Canonne, Kamath,
+        Steinke 2020, Cor. 9), so the weighted sum is too, with proxy ``σ² Σ a_j²``.
+        """
+        sq = high * (1 - q) ** 2 + low * q**2
+        return np.sqrt(2 * self.scale**2 * sq * log_2_over_alpha)
+
 
 class GridGaussian(Grid):
     """Gaussian noise on real statistics: round to ``2^k``, then discrete Gaussian."""
 
+    label = "grid Gaussian"
+
     def __init__(self, sigma_units: float, k: int, width: int = 1):
         super().__init__(DiscreteGaussian(sigma_units), k, width)
 
-    def privacy_map(self, linf: float, max_groups: int) -> float:
-        return self.units.privacy_map(max_groups * _l2_units(linf, self.grid, self.width))
+    def privacy_map(self, linf: float, max_groups: int = 1) -> float:
+        return self.units.rho(max_groups * _l2_units(linf, self.grid, self.width))
 
 
 def _l2_units(linf: float, grid: float, width: int) -> float:
@@ -177,3 +196,34 @@ def rho_for(epsilon: float, delta: float) -> float:
         else:
             high = mid
     return low
+
+
+class Gaussian:
+    """The Gaussian family: statistics in zero-concentrated DP (ρ), converted to (ε, δ).
+
+    Split: δ is halved between partition selection (when keys come from the data) and
+    the zCDP → (ε, δ) conversion; ρ is the largest whose conversion at the δ left stays
+    within ε (:func:`rho_for`), shared equally by the ``n`` parts; partition selection
+    is one part: ε-DP with ``ε = √(2 ρ_share)`` is ``ε²/2 = ρ_share``-zCDP. Approximate
+    zCDP composes by adding ρ and δ, so the release is (ε, δ)-DP.
+    """
+
+    name = "gaussian"
+    budget = "rho"
+    needs_delta = True
+    description = "Gaussian (needs delta > 0)"
+
+    def split(self, epsilon: float, delta: float, parts: int,
+              selecting: bool) -> BudgetSplit:
+        selection_delta = delta / 2 if selecting else 0.0
+        rho_total = rho_for(epsilon, delta - selection_delta) if parts else 0.0
+        share = rho_total / parts if parts else 0.0
+        return BudgetSplit(share, math.sqrt(2 * share), selection_delta, rho_total)
+
+    def calibrate(self, linf: float, max_groups: int, share: float, integer: bool,
+                  width: int = 1) -> DiscreteGaussian | GridGaussian:
+        return gaussian(linf, max_groups, share, integer, width)
+
+
+#: The Gaussian family (registered in :data:`dpsql.mechanisms.MECHANISMS`).
+GAUSSIAN = Gaussian()

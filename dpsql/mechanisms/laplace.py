@@ -24,6 +24,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpsql.errors import PrivacyParameterError
+from dpsql.mechanisms.base import BudgetSplit
 from dpsql.mechanisms.sampling import discrete_laplace, rational_scale
 
 _SAFE = 2**62  # integer statistics below this add noise in int64 without overflow
@@ -99,6 +100,7 @@ class DiscreteLaplace:
     """
 
     integer = True
+    label = "discrete Laplace"
 
     def __init__(self, scale: float):
         if not MIN_UNITS <= scale <= MAX_UNITS:  # also refuses nan and inf
@@ -108,8 +110,9 @@ class DiscreteLaplace:
         self.t, self.s = rational_scale(float(scale))
         self.scale = self.t / self.s
 
-    def privacy_map(self, sensitivity: float) -> float:
-        return sensitivity * self.s / self.t
+    def privacy_map(self, linf: float, max_groups: int = 1) -> float:
+        """ε for an L1 sensitivity of ``max_groups · linf`` (the exact rational scale)."""
+        return max_groups * linf * self.s / self.t
 
     def accuracy(self, alpha: float) -> int:
         """Smallest integer ``t`` with ``P(|Z| > t) <= alpha``.
@@ -133,6 +136,27 @@ class DiscreteLaplace:
         """``n`` noise draws (int64)."""
         return discrete_laplace(n, self.t, self.s)
 
+    def edge_chernoff(self, q: float, high: np.ndarray, low: np.ndarray,
+                      log_2_over_alpha: float) -> np.ndarray:
+        """Chernoff bound on ``high`` draws weighted ``1 − q`` less ``low`` weighted ``q``.
+
+        With ``p = exp(−1/scale)``: ``E[e^{λz}] = (1 − p)² / ((1 − p e^λ)(1 − p e^{−λ}))``
+        for ``|λ| < 1/scale``, computed in logs so that tiny scales do not overflow. Any
+        ``λ`` gives a valid bound, so the best of a grid of them is taken.
+        """
+        log_p = -1 / self.scale
+        a = max(q, 1 - q)
+        lam = np.geomspace(1e-6, 0.999, 600)[:, None] / (self.scale * a)
+
+        def log_mgf(x):
+            return (2 * np.log1p(-np.exp(log_p)) - np.log1p(-np.exp(log_p + x))
+                    - np.log1p(-np.exp(log_p - x)))
+
+        total = high * log_mgf(lam * (1 - q)) + low * log_mgf(lam * q)
+        t = ((total + log_2_over_alpha) / lam).min(axis=0)
+        t[high * (1 - q) + low * q == 0] = 0.0  # an empty weighted sum is exactly 0
+        return t
+
     def release(self, values: Sequence[int]) -> list[int]:
         if len(values) == 0:
             return []
@@ -147,12 +171,16 @@ class Constant:
 
     integer = True
     scale = 0.0
+    label = "none (constant)"
 
-    def privacy_map(self, *sensitivity: float) -> float:
+    def privacy_map(self, linf: float = 0.0, max_groups: int = 1) -> float:
         return 0.0
 
     def accuracy(self, alpha: float) -> int:
         return 0
+
+    def sample(self, n: int) -> np.ndarray:
+        return np.zeros(n, dtype=np.int64)
 
     def release(self, values: Sequence) -> list:
         return list(values)
@@ -183,6 +211,10 @@ class Grid:
     def accuracy(self, alpha: float) -> float:
         # noise in grid units, plus half a grid step lost to rounding the true value
         return self.units.accuracy(alpha) * self.grid + self.grid / 2
+
+    def sample(self, n: int) -> np.ndarray:
+        """``n`` noise draws in value units (multiples of the grid step)."""
+        return self.units.sample(n).astype(np.float64) * self.grid
 
     def release(self, values: Sequence[float]) -> list[float]:
         if len(values) == 0:
@@ -226,10 +258,12 @@ class GridLaplace(Grid):
     0.500122
     """
 
+    label = "grid Laplace"
+
     def __init__(self, scale_units: float, k: int, width: int = 1):
         super().__init__(DiscreteLaplace(scale_units), k, width)
 
-    def privacy_map(self, linf: float, max_groups: int) -> float:
+    def privacy_map(self, linf: float, max_groups: int = 1) -> float:
         return max_groups * (math.floor(linf / self.grid) + self.width) / self.units.scale
 
 
@@ -259,3 +293,30 @@ def laplace(
     k = math.floor(math.log2(scale)) - 12
     units = max_groups * (math.floor(linf / 2.0**k) + width) / epsilon
     return GridLaplace(units, k, width)
+
+
+class Laplace:
+    """The Laplace family: pure ε-DP statistics, the budget shared equally.
+
+    Split: with ``n`` parts (noisy statistics, plus partition selection when keys come
+    from the data, plus a bias check), each gets ``ε / n`` and partition selection all
+    of δ; by basic composition the release is (ε, δ)-DP (δ = 0 without selection).
+    """
+
+    name = "laplace"
+    budget = "epsilon"
+    needs_delta = False
+    description = "discrete Laplace"
+
+    def split(self, epsilon: float, delta: float, parts: int,
+              selecting: bool) -> BudgetSplit:
+        share = epsilon / parts if parts else 0.0
+        return BudgetSplit(share, share, delta)
+
+    def calibrate(self, linf: float, max_groups: int, share: float, integer: bool,
+                  width: int = 1) -> DiscreteLaplace | GridLaplace:
+        return laplace(linf, max_groups, share, integer, width)
+
+
+#: The Laplace family (registered in :data:`dpsql.mechanisms.MECHANISMS`).
+LAPLACE = Laplace()

@@ -168,8 +168,7 @@ def edge_errors(mechanism, q: float, count: int, alpha: float) -> np.ndarray:
     units = getattr(mechanism, "units", mechanism)
     g = grid if grid is not None else 1.0
     rounding = (g / 2) * (high * (1 - q) + low * q) if grid is not None else 0.0
-    kind = type(units).__name__
-    if kind == "Constant" or units.scale == 0:
+    if units.scale == 0:  # no noise (a constant statistic)
         return np.zeros(count + 1) + rounding
     # a second valid bound, tight for few coordinates: if all n weighted draws stay
     # within m, |S| <= m · Σ|a_j|; the union bound picks m at level alpha / n
@@ -177,30 +176,7 @@ def edge_errors(mechanism, q: float, count: int, alpha: float) -> np.ndarray:
     weight = high * (1 - q) + low * q
     union = np.array([units.accuracy(alpha / max(int(x), 1)) for x in n], dtype=np.float64)
     union = union * weight
-    if kind == "DiscreteGaussian":
-        # sub-Gaussian with variance proxy σ² (Canonne, Kamath, Steinke 2020, Cor. 9)
-        sq = high * (1 - q) ** 2 + low * q**2
-        chernoff = np.sqrt(2 * units.scale**2 * sq * log_2_over_alpha)
-    else:
-        chernoff = _laplace_chernoff(units.scale, q, high, low, log_2_over_alpha)
+    # the family's own tail bound (UnitNoise.edge_chernoff)
+    chernoff = units.edge_chernoff(q, high, low, log_2_over_alpha)
     return np.minimum(chernoff, union) * g + rounding
 
-
-def _laplace_chernoff(scale, q, high, low, log_2_over_alpha) -> np.ndarray:
-    """Chernoff bound for discrete Laplace draws, in noise units.
-
-    With ``p = exp(−1/scale)``: ``E[e^{λz}] = (1 − p)² / ((1 − p e^λ)(1 − p e^{−λ}))`` for
-    ``|λ| < 1/scale``, computed in logs so that tiny scales do not overflow.
-    """
-    log_p = -1 / scale
-    a = max(q, 1 - q)
-    lam = np.geomspace(1e-6, 0.999, 600)[:, None] / (scale * a)
-
-    def log_mgf(x):
-        return (2 * np.log1p(-np.exp(log_p)) - np.log1p(-np.exp(log_p + x))
-                - np.log1p(-np.exp(log_p - x)))
-
-    total = high * log_mgf(lam * (1 - q)) + low * log_mgf(lam * q)
-    t = ((total + log_2_over_alpha) / lam).min(axis=0)
-    t[high * (1 - q) + low * q == 0] = 0.0  # an empty weighted sum is exactly 0
-    return t
