@@ -204,7 +204,7 @@ class Plan:
     def charge(self) -> Cost:
         """The cost as the ledger records it, with its zCDP view."""
         eps, delta = self.cost
-        if self.mechanism == "gaussian" and (eps, delta) != (0.0, 0.0):
+        if self.rho is not None and (eps, delta) != (0.0, 0.0):  # a ρ-accounted family
             ps_delta = self.selection.delta if self.selection is not None else 0.0
             return Cost(eps, delta, rho=self.rho, rho_delta=ps_delta)
         return Cost(eps, delta)
