@@ -217,3 +217,67 @@ def test_sql_that_is_not_text_is_refused_not_cached(pums_file):
     with pytest.raises(dpsql.DpsqlError):
         conn.execute(b"SELECT COUNT(*) FROM pums", epsilon=0.5)
     assert conn.budget.spent == (0.0, 0.0)
+
+
+# -- SQLite and PostgreSQL: a schema version from one metadata query -----------------------
+
+_SMALL = {"dataset": "small", "tables": {"small_t": {
+    "user_key": "uid", "max_rows": 1,
+    "columns": {"uid": {"type": "int"}, "x": {"type": "int", "lower": 0, "upper": 10}}}}}
+
+
+def _small_cache_round(url, alter):
+    """Asks twice (a hit), changes the schema with ``alter()``, asks twice again: the
+    change drops the plan (a miss), then it is cached anew."""
+    conn = dpsql.connect(url, catalog=_SMALL, budget=(10.0, 1e-3), ledger=":memory:")
+    sql = "SELECT COUNT(*) AS n, SUM(x) AS s FROM small_t"
+    conn.execute(sql, epsilon=0.1)
+    conn.execute(sql, epsilon=0.1)
+    assert plan_cache_of(conn).hits == 1
+    first = backend_of(conn).schema_version()
+    assert first is not None and first == backend_of(conn).schema_version()
+    alter()
+    conn.execute(sql, epsilon=0.1)
+    assert plan_cache_of(conn).hits == 1, "a plan of the old schema was reused"
+    assert backend_of(conn).schema_version() != first
+    conn.execute(sql, epsilon=0.1)
+    assert plan_cache_of(conn).hits == 2
+    conn.close()
+
+
+def test_sqlite_schema_change_drops_cached_plans(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "small.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE small_t (uid INTEGER PRIMARY KEY, x INTEGER)")
+    con.executemany("INSERT INTO small_t VALUES (?, ?)", [(i, i % 10) for i in range(50)])
+    con.commit()
+
+    def alter():
+        con.execute("CREATE INDEX small_x ON small_t (x)")
+        con.commit()
+
+    _small_cache_round(f"sqlite:///{path}", alter)
+    con.close()
+
+
+def test_postgres_schema_change_drops_cached_plans(postgres_url):
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(postgres_url.admin_url)
+    with admin.begin() as c:
+        c.exec_driver_sql("DROP TABLE IF EXISTS small_t")
+        c.exec_driver_sql("CREATE TABLE small_t (uid BIGINT PRIMARY KEY, x INTEGER)")
+        c.exec_driver_sql("INSERT INTO small_t SELECT i, mod(i, 10) FROM generate_series(1, 50) i")
+
+    def alter():
+        with admin.begin() as c:
+            c.exec_driver_sql("ALTER TABLE small_t ALTER x TYPE BIGINT")
+
+    try:
+        _small_cache_round(postgres_url.url, alter)
+    finally:
+        with admin.begin() as c:
+            c.exec_driver_sql("DROP TABLE IF EXISTS small_t")
+        admin.dispose()

@@ -7,8 +7,9 @@ turns any failure into one of the fixed messages of :mod:`dpsql.backends._bounda
 
 from __future__ import annotations
 
+import hashlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import sqlalchemy as sa
 from sqlglot import exp
@@ -34,6 +35,7 @@ class SQLAlchemyBackend(Backend):
         self._lock = threading.RLock()
         self._columns: dict[str, dict[str, str] | None] = {}
         self._collations: dict[str, set[str]] = {}
+        self._schema_version: str | None = None
 
     def _call(self, fn: Callable, on_error: Callable[[BaseException], Exception]):
         """``fn(conn)`` on a connection of the pool; a failure (connecting included)
@@ -49,6 +51,31 @@ class SQLAlchemyBackend(Backend):
         raise on_error(failure)
 
     # -- metadata -----------------------------------------------------------------------
+
+    #: One metadata query (no parameters) whose rows change whenever anything a checked
+    #: plan depends on changes: columns with their types, nullability and collations,
+    #: keys and indexes, views' definitions, domains, the search path. None: the
+    #: engine cannot tell, and the plan cache is off.
+    schema_sql: str | None = None
+
+    def schema_version(self) -> Hashable | None:
+        """SHA-256 of :attr:`schema_sql`'s rows, read each time (one round trip); the
+        column and collation metadata this backend remembers is dropped when it
+        changes. None when it cannot be read (then nothing is cached, as before)."""
+        if self.schema_sql is None:
+            return None
+        try:
+            rows = self._call(
+                lambda conn: [tuple(r) for r in conn.exec_driver_sql(self.schema_sql)],
+                lambda exc: _Unknown())
+        except _Unknown:
+            return None
+        version = hashlib.sha256(repr(rows).encode()).hexdigest()
+        if version != self._schema_version:
+            self._columns.clear()
+            self._collations.clear()
+            self._schema_version = version
+        return version
 
     def _metadata(self, table: str, sql: str, **params) -> list[tuple]:
         """Rows of a metadata query dpsql wrote (bound parameters, never query text)."""
@@ -111,3 +138,7 @@ class SQLAlchemyBackend(Backend):
     def close(self) -> None:
         with self._lock:
             self._engine.dispose()
+
+
+class _Unknown(Exception):
+    """The schema version could not be read (the plan cache stays off)."""

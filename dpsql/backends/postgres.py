@@ -168,6 +168,37 @@ class PostgresBackend(SQLAlchemyBackend):
 
         self._errors = SQLAlchemyBackend._errors + (psycopg.Error, PreparationError)
 
+    #: The relations, columns (type, NOT NULL, collation), indexes, inheritance, views'
+    #: definitions and domains of the schemas on the search path, the search path itself
+    #: and the settings that change how constants are read (dates, intervals, numbers),
+    #: hashed on the server (one row). No '%' in the text: psycopg would read it.
+    schema_sql = (
+        "WITH s AS (SELECT n.oid FROM pg_namespace n "
+        "WHERE n.nspname = ANY (current_schemas(false))), "
+        "r AS (SELECT c.oid, c.relname, c.relkind FROM pg_class c "
+        "WHERE c.relnamespace IN (SELECT oid FROM s)), "
+        "parts AS ("
+        "SELECT concat_ws('|', 'c', r.oid, r.relname, r.relkind, a.attnum, a.attname, "
+        "format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attcollation) AS x "
+        "FROM r JOIN pg_attribute a ON a.attrelid = r.oid "
+        "WHERE a.attnum > 0 AND NOT a.attisdropped "
+        "UNION ALL SELECT concat_ws('|', 'i', i.indexrelid, i.indrelid, i.indisunique, "
+        "i.indkey, i.indpred IS NULL, i.indexprs IS NULL) FROM pg_index i "
+        "WHERE i.indrelid IN (SELECT oid FROM r) "
+        "UNION ALL SELECT concat_ws('|', 'h', h.inhrelid, h.inhparent) FROM pg_inherits h "
+        "WHERE h.inhrelid IN (SELECT oid FROM r) OR h.inhparent IN (SELECT oid FROM r) "
+        "UNION ALL SELECT concat_ws('|', 'v', r.oid, pg_get_viewdef(r.oid)) FROM r "
+        "WHERE r.relkind IN ('v', 'm') "
+        "UNION ALL SELECT concat_ws('|', 'd', t.oid, t.typname, t.typbasetype, t.typtypmod, "
+        "t.typcollation, t.typnotnull) FROM pg_type t WHERE t.typtype = 'd' "
+        "UNION ALL SELECT concat_ws('|', 'k', k.oid, k.contypid, pg_get_constraintdef(k.oid)) "
+        "FROM pg_constraint k WHERE k.contypid <> 0 "
+        "UNION ALL SELECT concat_ws('|', 'p', current_setting('search_path'), "
+        "current_setting('DateStyle'), current_setting('IntervalStyle'), "
+        "current_setting('TimeZone'), current_setting('lc_numeric'), "
+        "current_setting('lc_time'), current_setting('standard_conforming_strings'))) "
+        "SELECT md5(string_agg(x, ',' ORDER BY x)) FROM parts")
+
     def dialect_options(self) -> dict:
         return {"server_version": self.server_version}
 

@@ -208,6 +208,10 @@ class SQLiteBackend(SQLAlchemyBackend):
             raise _boundary.open_failed(f"SQLite database {str(path)!r}", failure)
         super().__init__(engine, str(path), limits)
 
+    #: Every table's, index's, view's and trigger's DDL as SQLite keeps it (column
+    #: types and collations, keys, views): any schema change rewrites a row here.
+    schema_sql = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+
     def _read_only_rows(self, table: str, sql: str, params=()) -> list[tuple]:
         """Rows of a metadata statement dpsql wrote (names quoted, values bound)."""
         return self._call(
