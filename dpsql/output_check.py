@@ -43,6 +43,8 @@ import contextlib
 import logging
 import re
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Collection
 
 import sqlglot
@@ -109,14 +111,58 @@ def check_sql(sql: str, tree: exp.Expression, dialect: str, *,
     Raises:
         UnsupportedQueryError: before any charge, when any check fails.
     """
+    _check(sql, tree, dialect, tables, names, written=False)
+
+
+def checked_sql(tree: exp.Expression, dialect: str, *,
+                tables: Collection[str] | None = (), names: Collection[str] = ()) -> str:
+    """``tree``'s text in ``dialect``, after :func:`check_sql` passed on it.
+
+    The text is written here, once, from the tree itself, so it is the tree's by
+    construction (check_sql's comparison of the two would write it a second time).
+
+    Raises:
+        UnsupportedQueryError: before any charge, when any check fails.
+    """
+    sql = tree.sql(dialect=dialect)
+    _check(sql, tree, dialect, tables, names, written=True)
+    return sql
+
+
+#: Texts that passed the checks of the text alone (it parses again into one closed
+#: SELECT that writes back to it), with the tables and names they were checked
+#: against. Those checks read nothing but the text and these arguments, and sqlglot
+#: parses and writes deterministically, so a text that passed once passes again; the
+#: walk of the tree that produced it is not remembered (another tree may write the
+#: same text) and runs every time.
+_PASSED: OrderedDict[tuple, None] = OrderedDict()
+_PASSED_MAX = 1024
+_PASSED_LOCK = threading.Lock()
+
+
+def _check(sql: str, tree: exp.Expression, dialect: str, tables: Collection[str] | None,
+           names: Collection[str], written: bool) -> None:
     allowed = None if tables is None else {t.lower() for t in tables}
-    problem = _closed(tree, allowed, set(names))
-    if problem is None and tree.sql(dialect=dialect) != sql:
+    names = set(names)
+    problem = _closed(tree, allowed, names)
+    if problem is None and not written and tree.sql(dialect=dialect) != sql:
         problem = "the text is not the tree's"
     if problem is None:
-        problem, parsed = _same(sql, dialect)
-        # the backend runs the text, so the tree read back from it must be closed too
-        problem = problem or _closed(parsed, allowed, set(names))
+        key = (sql, dialect, None if allowed is None else frozenset(allowed),
+               frozenset(names))
+        with _PASSED_LOCK:
+            known = _PASSED.pop(key, False) is None
+            if known:
+                _PASSED[key] = None  # the most recently used last
+        if not known:
+            problem, parsed = _same(sql, dialect)
+            # the backend runs the text, so the tree read back from it must be closed too
+            problem = problem or _closed(parsed, allowed, names)
+            if problem is None:
+                with _PASSED_LOCK:
+                    _PASSED[key] = None
+                    while len(_PASSED) > _PASSED_MAX:
+                        _PASSED.popitem(last=False)
     if problem is not None:
         _log.error("output check refused the %s query: %s; SQL: %r", dialect, problem,
                    sql[:2000])

@@ -211,13 +211,14 @@ class _Prober:
                         columns.append((stand_ins[id(kid)], self.types(kid)))
             relations = [_placeholders(tuple(columns), "__p", self.dialect)] if columns else []
             self.probe([n for n, _ in group],
-                       lambda n, m=stand_ins: self._stand_in(n, m).sql(dialect=self.dialect),
+                       lambda n, m=stand_ins: self._stand_in(n, m).sql(dialect=self.dialect,
+                                                                        copy=False),
                        relations)
 
     def _text(self, node: exp.Expression) -> str:
-        """A node's text as it stands alone (a copy: how sqlglot writes a node may depend
-        on its parent, and in a probe it stands alone)."""
-        return node.copy().sql(dialect=self.dialect)
+        """A node's text as it stands alone (sqlglot writes a copy, without its parent:
+        how it writes a node may depend on the parent, and in a probe it stands alone)."""
+        return node.sql(dialect=self.dialect)
 
     def _stand_in(self, node: exp.Expression, stand_ins: dict[int, str]) -> exp.Expression:
         """A copy of ``node`` with its non-constant operands as columns (or typed scalar
