@@ -155,9 +155,7 @@ def _check(sql: str, tree: exp.Expression, dialect: str, tables: Collection[str]
             if known:
                 _PASSED[key] = None  # the most recently used last
         if not known:
-            problem, parsed = _same(sql, dialect)
-            # the backend runs the text, so the tree read back from it must be closed too
-            problem = problem or _closed(parsed, allowed, names)
+            problem = _same(sql, dialect, allowed, names)
             if problem is None:
                 with _PASSED_LOCK:
                     _PASSED[key] = None
@@ -230,18 +228,24 @@ def _deep_recursion(limit: int = 20_000):
         sys.setrecursionlimit(old)
 
 
-def _same(sql: str, dialect: str) -> tuple[str | None, exp.Expression | None]:
+def _same(sql: str, dialect: str, tables: set[str] | None, names: set[str]) -> str | None:
+    """The text parses again into one SELECT, closed (the backend runs the text, so the
+    tree read back from it must be closed too), that writes back to the text."""
     try:
         with _deep_recursion():
             statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
-        return "the text does not parse again", None
+        return "the text does not parse again"
     except RecursionError:
-        return "the text is nested too deeply to parse again", None
+        return "the text is nested too deeply to parse again"
     if len(statements) != 1:
-        return f"the text holds {len(statements)} statements", None
-    if not isinstance(statements[0], exp.Select):
-        return f"the text is a {type(statements[0]).__name__}, not a SELECT", None
-    if statements[0].sql(dialect=dialect) != sql:
-        return "the text does not parse back to the same query", None
-    return None, statements[0]
+        return f"the text holds {len(statements)} statements"
+    parsed = statements[0]
+    if not isinstance(parsed, exp.Select):
+        return f"the text is a {type(parsed).__name__}, not a SELECT"
+    problem = _closed(parsed, tables, names)
+    # walked first: the tree is then written without a copy (it is not used again, and
+    # sqlglot may change a tree it writes without one)
+    if problem is None and parsed.sql(dialect=dialect, copy=False) != sql:
+        problem = "the text does not parse back to the same query"
+    return problem
