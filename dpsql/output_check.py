@@ -172,7 +172,7 @@ def _check(sql: str, tree: exp.Expression, dialect: str, tables: Collection[str]
 def _closed(tree: exp.Expression, tables: set[str] | None, names: set[str]) -> str | None:
     if not isinstance(tree, exp.Select):
         return f"the statement is a {type(tree).__name__}, not a SELECT"
-    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    ctes = None  # the tree's CTE names, collected when a table name needs them
     for node in tree.walk():
         if isinstance(node, _STATEMENTS):
             return f"a {type(node).__name__} node"
@@ -206,9 +206,11 @@ def _closed(tree: exp.Expression, tables: set[str] | None, names: set[str]) -> s
             if node.args.get("db") or node.args.get("catalog"):
                 return "a qualified table name"
             name = node.name.lower()
-            if tables is not None and name not in tables and name not in ctes \
-                    and not name.startswith("__"):
-                return f"table {name!r} is not in the catalog"
+            if tables is not None and name not in tables and not name.startswith("__"):
+                if ctes is None:
+                    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+                if name not in ctes:
+                    return f"table {name!r} is not in the catalog"
         elif isinstance(node, exp.Literal) and not isinstance(node.this, str):
             return "a literal that is not text"
         if node.comments:
