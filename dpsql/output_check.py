@@ -43,6 +43,8 @@ import contextlib
 import logging
 import re
 import sys
+import threading
+from collections import OrderedDict
 from collections.abc import Collection
 
 import sqlglot
@@ -109,14 +111,56 @@ def check_sql(sql: str, tree: exp.Expression, dialect: str, *,
     Raises:
         UnsupportedQueryError: before any charge, when any check fails.
     """
+    _check(sql, tree, dialect, tables, names, written=False)
+
+
+def checked_sql(tree: exp.Expression, dialect: str, *,
+                tables: Collection[str] | None = (), names: Collection[str] = ()) -> str:
+    """``tree``'s text in ``dialect``, after :func:`check_sql` passed on it.
+
+    The text is written here, once, from the tree itself, so it is the tree's by
+    construction (check_sql's comparison of the two would write it a second time).
+
+    Raises:
+        UnsupportedQueryError: before any charge, when any check fails.
+    """
+    sql = tree.sql(dialect=dialect)
+    _check(sql, tree, dialect, tables, names, written=True)
+    return sql
+
+
+#: Texts that passed the checks of the text alone (it parses again into one closed
+#: SELECT that writes back to it), with the tables and names they were checked
+#: against. Those checks read nothing but the text and these arguments, and sqlglot
+#: parses and writes deterministically, so a text that passed once passes again; the
+#: walk of the tree that produced it is not remembered (another tree may write the
+#: same text) and runs every time.
+_PASSED: OrderedDict[tuple, None] = OrderedDict()
+_PASSED_MAX = 1024
+_PASSED_LOCK = threading.Lock()
+
+
+def _check(sql: str, tree: exp.Expression, dialect: str, tables: Collection[str] | None,
+           names: Collection[str], written: bool) -> None:
     allowed = None if tables is None else {t.lower() for t in tables}
-    problem = _closed(tree, allowed, set(names))
-    if problem is None and tree.sql(dialect=dialect) != sql:
+    names = set(names)
+    problem = _closed(tree, allowed, names)
+    if problem is None and not written and tree.sql(dialect=dialect) != sql:
         problem = "the text is not the tree's"
     if problem is None:
-        problem, parsed = _same(sql, dialect)
-        # the backend runs the text, so the tree read back from it must be closed too
-        problem = problem or _closed(parsed, allowed, set(names))
+        key = (sql, dialect, None if allowed is None else frozenset(allowed),
+               frozenset(names))
+        with _PASSED_LOCK:
+            known = _PASSED.pop(key, False) is None
+            if known:
+                _PASSED[key] = None  # the most recently used last
+        if not known:
+            problem = _same(sql, dialect, allowed, names)
+            if problem is None:
+                with _PASSED_LOCK:
+                    _PASSED[key] = None
+                    while len(_PASSED) > _PASSED_MAX:
+                        _PASSED.popitem(last=False)
     if problem is not None:
         _log.error("output check refused the %s query: %s; SQL: %r", dialect, problem,
                    sql[:2000])
@@ -128,7 +172,7 @@ def check_sql(sql: str, tree: exp.Expression, dialect: str, *,
 def _closed(tree: exp.Expression, tables: set[str] | None, names: set[str]) -> str | None:
     if not isinstance(tree, exp.Select):
         return f"the statement is a {type(tree).__name__}, not a SELECT"
-    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    ctes = None  # the tree's CTE names, collected when a table name needs them
     for node in tree.walk():
         if isinstance(node, _STATEMENTS):
             return f"a {type(node).__name__} node"
@@ -162,9 +206,11 @@ def _closed(tree: exp.Expression, tables: set[str] | None, names: set[str]) -> s
             if node.args.get("db") or node.args.get("catalog"):
                 return "a qualified table name"
             name = node.name.lower()
-            if tables is not None and name not in tables and name not in ctes \
-                    and not name.startswith("__"):
-                return f"table {name!r} is not in the catalog"
+            if tables is not None and name not in tables and not name.startswith("__"):
+                if ctes is None:
+                    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+                if name not in ctes:
+                    return f"table {name!r} is not in the catalog"
         elif isinstance(node, exp.Literal) and not isinstance(node.this, str):
             return "a literal that is not text"
         if node.comments:
@@ -184,18 +230,24 @@ def _deep_recursion(limit: int = 20_000):
         sys.setrecursionlimit(old)
 
 
-def _same(sql: str, dialect: str) -> tuple[str | None, exp.Expression | None]:
+def _same(sql: str, dialect: str, tables: set[str] | None, names: set[str]) -> str | None:
+    """The text parses again into one SELECT, closed (the backend runs the text, so the
+    tree read back from it must be closed too), that writes back to the text."""
     try:
         with _deep_recursion():
             statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):
-        return "the text does not parse again", None
+        return "the text does not parse again"
     except RecursionError:
-        return "the text is nested too deeply to parse again", None
+        return "the text is nested too deeply to parse again"
     if len(statements) != 1:
-        return f"the text holds {len(statements)} statements", None
-    if not isinstance(statements[0], exp.Select):
-        return f"the text is a {type(statements[0]).__name__}, not a SELECT", None
-    if statements[0].sql(dialect=dialect) != sql:
-        return "the text does not parse back to the same query", None
-    return None, statements[0]
+        return f"the text holds {len(statements)} statements"
+    parsed = statements[0]
+    if not isinstance(parsed, exp.Select):
+        return f"the text is a {type(parsed).__name__}, not a SELECT"
+    problem = _closed(parsed, tables, names)
+    # walked first: the tree is then written without a copy (it is not used again, and
+    # sqlglot may change a tree it writes without one)
+    if problem is None and parsed.sql(dialect=dialect, copy=False) != sql:
+        problem = "the text does not parse back to the same query"
+    return problem

@@ -127,14 +127,14 @@ class Backend(ABC):
         """:meth:`to_sql` by the allow-list: type, guard, transform, check (see
         :mod:`dpsql.backends.total`)."""
         from dpsql.backends import total
-        from dpsql.output_check import check_sql
+        from dpsql.output_check import checked_sql
 
         # the output language first: nothing of a query reaches the engine, not even a
         # probe that binds over no data, before its tree is known to be dpsql's own (an
         # engine that binds no types gets no probe: its check is the one at the end)
         if self.reports_types:
-            check_sql(original.sql(dialect=self.dialect), original, self.dialect,
-                      tables=self.catalog_tables, names=self.catalog_names)
+            checked_sql(original, self.dialect, tables=self.catalog_tables,
+                        names=self.catalog_names)
         expression = original.copy()
         if self.pre_transforms:
             from dpsql.backends import dialects
@@ -152,9 +152,8 @@ class Backend(ABC):
             expression = dialects.apply(expression, self.transforms, ctx)
             types = self.engine_types(expression)
         total.check_total(expression, self.allow, types)
-        sql = expression.sql(dialect=self.dialect)
-        check_sql(sql, expression, self.dialect, tables=self.catalog_tables,
-                  names=self.catalog_names)
+        sql = checked_sql(expression, self.dialect, tables=self.catalog_tables,
+                          names=self.catalog_names)
         self._last_sql = (original, sql)
         return sql
 

@@ -10,6 +10,7 @@ allow-list entry accepts: it is guarded (or refused).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from sqlglot import exp
@@ -17,13 +18,38 @@ from sqlglot import exp
 from dpsql.backends.total import Types
 
 
-def _placeholders(columns: list[tuple[str, str]], alias: str, dialect: str) -> exp.Expression:
-    """``(SELECT CAST(NULL AS t) AS c, ...) AS alias``: a relation of typed NULLs."""
-    items = [exp.alias_(exp.Cast(this=exp.Null(),
-                                 to=exp.DataType.build(t, dialect=dialect, udt=True)),
-                        exp.to_identifier(c, quoted=True)) for c, t in columns]
+@functools.lru_cache(maxsize=1024)
+def _type(name: str, dialect: str) -> exp.DataType:
+    """``DataType.build(name)`` (which parses the name), kept: callers copy it."""
+    return exp.DataType.build(name, dialect=dialect, udt=True)
+
+
+def _typed_null(name: str, dialect: str) -> exp.Cast:
+    return exp.Cast(this=exp.Null(), to=_type(name, dialect).copy())
+
+
+@functools.lru_cache(maxsize=1024)
+def _placeholders(columns: tuple[tuple[str, str], ...], alias: str, dialect: str) -> str:
+    """``(SELECT CAST(NULL AS t) AS c, ...) AS alias``: a relation of typed NULLs (its
+    text; the same columns recur in every probe of a scope and across queries)."""
+    items = [exp.alias_(_typed_null(t, dialect), exp.to_identifier(c, quoted=True))
+             for c, t in columns]
     return exp.Subquery(this=exp.Select(expressions=items),
-                        alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+                        alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True))
+                        ).sql(dialect=dialect)
+
+
+def probe_sql(items: list[str], relations: list[str]) -> str:
+    """The text of one probe: ``SELECT <item> AS __t0, ... FROM <relation> CROSS JOIN ...``.
+
+    Written from texts sqlglot wrote (each item and relation), joined exactly as
+    sqlglot joins a SELECT's parts in every dialect dpsql probes (pinned by
+    ``tests/test_probes.py``): building the SELECT as a tree and writing it again cost
+    more than the rest of the typing."""
+    sql = "SELECT " + ", ".join(f"{item} AS __t{i}" for i, item in enumerate(items))
+    if relations:
+        sql += " FROM " + " CROSS JOIN ".join(relations)
+    return sql
 
 
 #: Nodes that are not values of their own; their value children are looked through.
@@ -131,10 +157,11 @@ class _Prober:
                 self.types.set(query, outs[0][1] if len(outs) == 1 else None)
         columns = [n for n in nodes if isinstance(n, exp.Column)]
         if sources is not None and columns:
-            relations = [_placeholders(cols, alias, self.dialect) for alias, cols in sources]
-            self.probe(columns, lambda n: n.copy(), relations)
+            relations = [_placeholders(tuple(cols), alias, self.dialect)
+                         for alias, cols in sources]
+            self.probe(columns, self._text, relations)
         constants = [n for n in nodes if _constant(n)]
-        self.probe(constants, lambda n: n.copy(), [])
+        self.probe(constants, self._text, [])
         height: dict[int, int] = {}
         rest = [n for n in nodes if not isinstance(n, exp.Column) and not _constant(n)]
 
@@ -182,9 +209,16 @@ class _Prober:
                     if id(kid) not in stand_ins:
                         stand_ins[id(kid)] = f"__p{len(stand_ins)}"
                         columns.append((stand_ins[id(kid)], self.types(kid)))
-            relations = [_placeholders(columns, "__p", self.dialect)] if columns else []
-            self.probe([n for n, _ in group], lambda n, m=stand_ins: self._stand_in(n, m),
+            relations = [_placeholders(tuple(columns), "__p", self.dialect)] if columns else []
+            self.probe([n for n, _ in group],
+                       lambda n, m=stand_ins: self._stand_in(n, m).sql(dialect=self.dialect,
+                                                                        copy=False),
                        relations)
+
+    def _text(self, node: exp.Expression) -> str:
+        """A node's text as it stands alone (sqlglot writes a copy, without its parent:
+        how it writes a node may depend on the parent, and in a probe it stands alone)."""
+        return node.sql(dialect=self.dialect)
 
     def _stand_in(self, node: exp.Expression, stand_ins: dict[int, str]) -> exp.Expression:
         """A copy of ``node`` with its non-constant operands as columns (or typed scalar
@@ -207,35 +241,32 @@ class _Prober:
         if query is not None:
             outs = self.query_outputs(node.args["query"])
             if len(outs) == 1 and outs[0][1] is not None:
-                query.replace(exp.Subquery(this=exp.Select(expressions=[exp.Cast(
-                    this=exp.Null(), to=exp.DataType.build(outs[0][1], dialect=self.dialect,
-                                                           udt=True))])))
+                query.replace(exp.Subquery(this=exp.Select(expressions=[
+                    _typed_null(outs[0][1], self.dialect)])))
         if isinstance(copy, exp.Subquery):
             outs = self.query_outputs(node.this)
             if len(outs) == 1 and outs[0][1] is not None:
-                copy = exp.Subquery(this=exp.Select(expressions=[exp.Cast(
-                    this=exp.Null(), to=exp.DataType.build(outs[0][1], dialect=self.dialect,
-                                                           udt=True))]))
+                copy = exp.Subquery(this=exp.Select(expressions=[
+                    _typed_null(outs[0][1], self.dialect)]))
         return copy
 
-    def probe(self, nodes: list[exp.Expression], make, relations: list[exp.Expression],
-              one_by_one: bool = True) -> None:
-        if not nodes:
-            return
-        query = exp.Select(expressions=[exp.alias_(make(n), f"__t{i}")
-                                        for i, n in enumerate(nodes)])
-        if relations:
-            query.set("from_", exp.From(this=relations[0]))
-            if len(relations) > 1:
-                query.set("joins", [exp.Join(this=r, kind="CROSS") for r in relations[1:]])
+    def probe(self, nodes: list[exp.Expression], make: Callable[[exp.Expression], str],
+              relations: list[str]) -> None:
+        """Types ``nodes`` by one probe over ``relations``, one column per node (each
+        written by ``make``); if the engine cannot bind them together, one probe each."""
+        if nodes:
+            self._bind(nodes, [make(n) for n in nodes], relations, one_by_one=True)
+
+    def _bind(self, nodes: list[exp.Expression], items: list[str], relations: list[str],
+              one_by_one: bool) -> None:
         try:
-            types = self.bind(query.sql(dialect=self.dialect))
+            types = self.bind(probe_sql(items, relations))
         except Exception:  # noqa: BLE001 - the engine cannot type it: no type
             types = None
         if types is None or len(types) != len(nodes):
             if one_by_one and len(nodes) > 1:
-                for node in nodes:
-                    self.probe([node], make, relations, one_by_one=False)
+                for node, item in zip(nodes, items, strict=True):
+                    self._bind([node], [item], relations, one_by_one=False)
             return
         for node, t in zip(nodes, types, strict=True):
             self.types.set(node, t)
