@@ -103,12 +103,7 @@ def bound_groups(expression: exp.Select, plan: Plan,
     G = int(plan.max_groups)
     ranked = exp.select(exp.Star(), exp.alias_(rank, "__rank")).from_(PER_USER)
     if engine.reuse_ctes:
-        over = _over_by_cover(plan, G)
-        if over is None:
-            over = (exp.select(UID).from_(PER_USER)
-                    .where(sqlglot.condition(f"NOT {UID} IS NULL"))
-                    .group_by(UID).having(sqlglot.condition(f"COUNT(*) > {G}")))
-        expression = expression.with_(OVER, as_=over, copy=False)
+        expression = expression.with_(OVER, as_=_over(plan, G), copy=False)
         within = (exp.select(exp.Star(), exp.alias_(number(1), "__rank")).from_(PER_USER)
                   .where(sqlglot.condition(
                       f"NOT {UID} IS NULL AND NOT {UID} IN (SELECT {UID} FROM {OVER})")))
@@ -124,6 +119,16 @@ def bound_groups(expression: exp.Select, plan: Plan,
     expression = expression.with_(BOUNDED, as_=bounded, copy=False)
     expression.set("from_", exp.From(this=exp.to_table(BOUNDED)))
     return expression
+
+
+def _over(plan: Plan, G: int) -> exp.Select:
+    """The users with more than ``G`` rows in ``__per_user`` (NULL user ids left out)."""
+    cover = _over_by_cover(plan, G)
+    if cover is not None:
+        return cover
+    return (exp.select(UID).from_(PER_USER)
+            .where(sqlglot.condition(f"NOT {UID} IS NULL"))
+            .group_by(UID).having(sqlglot.condition(f"COUNT(*) > {G}")))
 
 
 #: Most key combinations for which :func:`_over_by_cover` writes its chain of
