@@ -7,6 +7,8 @@ ages, with values far outside the catalog's bounds. The rewritten SQL runs on bo
 
 from __future__ import annotations
 
+import importlib
+
 import duckdb
 import pytest
 
@@ -157,3 +159,110 @@ def test_the_split_l0_step_keeps_what_one_window_keeps(mixed, sql, max_groups):
         plan, engine=EngineTraits(reuse_ctes=False)).sql()
     unbounded = _demo_plan(sql, max_rows=2, max_groups=100, seed=5)
     assert exact(mixed, unbounded) != split  # some users are over the bound here
+
+
+def _neighbour_at(cover_base, combos: list[tuple[int, int]]) -> DuckDBBackend:
+    """pums_dup plus one user with 200 rows at each (sex, married) combination given."""
+    base, backends = cover_base
+    name = f"at_{'_'.join(f'{s}{m}' for s, m in combos)}"
+    if name in backends:
+        return backends[name]
+    path = base / f"{name}.duckdb"
+    load_pums(path)
+    con = duckdb.connect(str(path))
+    for sex, married in combos:
+        con.execute(
+            f"INSERT INTO pums_dup SELECT 20 + i % 50, {sex}, 1 + i % 16, 1 + i % 6, 1e12, "
+            f"{married}, {ATTACKER} FROM range(200) r(i)")
+    con.close()
+    backends[name] = DuckDBBackend(path)
+    return backends[name]
+
+
+@pytest.fixture(scope="module")
+def cover_base(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cover")
+    d = base / "d.duckdb"
+    load_pums(d)
+    backends = {"d": DuckDBBackend(d)}
+    yield base, backends
+    for b in backends.values():
+        b.close()
+
+
+def _assert_within_bounds(before, after, plan):
+    G = plan.max_groups
+    changed = [k for k in set(before) | set(after) if before.get(k) != after.get(k)]
+    assert 0 < len(changed) <= G, f"{len(changed)} groups changed, max_groups {G}"
+    for stat in plan.stats:
+        diffs = [abs(float(after.get(k, {}).get(stat.name) or 0)
+                     - float(before.get(k, {}).get(stat.name) or 0)) for k in changed]
+        assert max(diffs) <= stat.linf + 1e-6, stat.label
+        assert sum(diffs) <= G * stat.linf + 1e-6, stat.label
+
+
+@pytest.mark.parametrize(("sql", "max_groups"), [
+    ("SELECT sex, COUNT(*), SUM(income), AVG(age) FROM pums_dup GROUP BY sex", 1),
+    ("SELECT sex, married, COUNT(*), SUM(income) FROM pums_dup GROUP BY sex, married", 3),
+])
+def test_the_cover_rule_keeps_each_statistic_within_its_bound(cover_base, sql, max_groups):
+    """A product of max_groups + 1 public combinations: ``__over`` is the users at all of
+    them (bound_groups._over_by_cover); a user at every combination, and one at all but
+    one, each move at most max_groups groups, each statistic by at most its bound."""
+    plan = _demo_plan(sql, max_rows=2, max_groups=max_groups, seed=11)
+    assert plan.bound_groups and "__k0 = 0" in rewrite(plan).sql()  # the rule applies
+    combos = [(0, 0), (0, 1), (1, 0), (1, 1)]
+    d = cover_base[1]["d"]
+    for reached in (combos, combos[:-1], combos[::3]):
+        _assert_within_bounds(exact(d, plan), exact(_neighbour_at(cover_base, reached), plan),
+                              plan)
+
+
+@pytest.mark.parametrize(("sql", "max_groups"), [
+    ("SELECT sex, COUNT(*), SUM(income) FROM pums_dup GROUP BY sex", 1),
+    ("SELECT sex, married, AVG(income) FROM pums_dup GROUP BY sex, married", 3),
+])
+def test_the_cover_rule_keeps_what_the_aggregate_keeps(mixed, cover_base, sql, max_groups,
+                                                      monkeypatch):
+    """Same rows as ``GROUP BY __uid HAVING COUNT(*) > G`` (so the L0 choice is today's)."""
+    module = importlib.import_module("dpsql.rewrite.bound_groups")
+
+    everywhere = _neighbour_at(cover_base, [(0, 0), (0, 1), (1, 0), (1, 1)])
+    plan = _demo_plan(sql, max_rows=2, max_groups=max_groups, seed=5)
+    for backend in (mixed, everywhere):
+        cover = exact(backend, plan)
+        with monkeypatch.context() as m:
+            m.setattr(module, "_over_by_cover", lambda plan, G: None)
+            assert "__k0 = 0" not in rewrite(plan).sql()
+            aggregate = exact(backend, plan)
+        assert cover == aggregate
+
+
+def test_the_cover_rule_where_its_premise_fails_breaks_the_bound(cover_base, monkeypatch):
+    """Broken on purpose: the cover applied to 4 combinations under max_groups 2 (the
+    product is not max_groups + 1) misses a user at 3 of them, who keeps 3 groups."""
+    module = importlib.import_module("dpsql.rewrite.bound_groups")
+
+    d, three = cover_base[1]["d"], _neighbour_at(cover_base, [(0, 0), (0, 1), (1, 0)])
+    plan = _demo_plan("SELECT sex, married, COUNT(*) FROM pums_dup GROUP BY sex, married",
+                      max_rows=2, max_groups=2, seed=11)
+    assert "__k0 = 0" not in rewrite(plan).sql()
+    _assert_within_bounds(exact(d, plan), exact(three, plan), plan)
+    original = module._over_by_cover
+    monkeypatch.setattr(module, "_over_by_cover", lambda plan, G: original(plan, G + 1))
+    assert "__k0 = 0" in rewrite(plan).sql()
+    with pytest.raises(AssertionError, match="3 groups changed"):
+        _assert_within_bounds(exact(d, plan), exact(three, plan), plan)
+
+
+@pytest.mark.parametrize(("sql", "max_groups"), [
+    ("SELECT sex + 0, COUNT(*) FROM pums GROUP BY sex + 0", 1),  # not a bare column
+    ("SELECT sex, married, COUNT(*) FROM pums WHERE NOT (sex = 0 AND married = 0) "
+     "GROUP BY sex, married", 2),  # WHERE restricts the combinations: plan.groups
+    ("SELECT sex, married, COUNT(*) FROM pums GROUP BY sex, married", 2),  # 4 ≠ 2 + 1
+    ("SELECT educ, COUNT(*) FROM pums GROUP BY educ", 15),  # 16 = 15 + 1 > MAX_COVER
+])
+def test_the_cover_rule_applies_only_where_its_premise_holds(sql, max_groups):
+    plan = _demo_plan(sql, max_groups=max_groups)
+    assert plan.bound_groups
+    assert "HAVING COUNT(*) > " in rewrite(plan).sql()

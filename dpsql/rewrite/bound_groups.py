@@ -17,9 +17,19 @@ user id is NULL, one pseudo-user, as before) go through the window. The result i
 same set of rows as the window over everyone; measured on 2M rows of 1M people with one
 group each, the L0 step's share drops from 2.7× to 1.5× the per-user aggregate (when
 every user is over the bound it is 1.5× slower than the plain window).
+
+When the public key domain has exactly ``max_groups + 1`` combinations, ``__over`` is
+found without the aggregate over all users: it is the users with a row at every
+combination, a chain of semi-joins each building a hash table over one combination's
+rows only (:func:`_over_by_cover`; on 1M people grouped by ``sex`` with ``max_groups``
+1 it takes the query from about 1.5× to 1.2× the floor without the L0 step).
 """
 
 from __future__ import annotations
+
+import datetime
+import itertools
+import math
 
 import sqlglot
 from sqlglot import exp
@@ -93,10 +103,7 @@ def bound_groups(expression: exp.Select, plan: Plan,
     G = int(plan.max_groups)
     ranked = exp.select(exp.Star(), exp.alias_(rank, "__rank")).from_(PER_USER)
     if engine.reuse_ctes:
-        over = (exp.select(UID).from_(PER_USER)
-                .where(sqlglot.condition(f"NOT {UID} IS NULL"))
-                .group_by(UID).having(sqlglot.condition(f"COUNT(*) > {G}")))
-        expression = expression.with_(OVER, as_=over, copy=False)
+        expression = expression.with_(OVER, as_=_over(plan, G), copy=False)
         within = (exp.select(exp.Star(), exp.alias_(number(1), "__rank")).from_(PER_USER)
                   .where(sqlglot.condition(
                       f"NOT {UID} IS NULL AND NOT {UID} IN (SELECT {UID} FROM {OVER})")))
@@ -112,3 +119,86 @@ def bound_groups(expression: exp.Select, plan: Plan,
     expression = expression.with_(BOUNDED, as_=bounded, copy=False)
     expression.set("from_", exp.From(this=exp.to_table(BOUNDED)))
     return expression
+
+
+def _over(plan: Plan, G: int) -> exp.Select:
+    """The users with more than ``G`` rows in ``__per_user`` (NULL user ids left out)."""
+    cover = _over_by_cover(plan, G)
+    if cover is not None:
+        return cover
+    return (exp.select(UID).from_(PER_USER)
+            .where(sqlglot.condition(f"NOT {UID} IS NULL"))
+            .group_by(UID).having(sqlglot.condition(f"COUNT(*) > {G}")))
+
+
+#: Most key combinations for which :func:`_over_by_cover` writes its chain of
+#: semi-joins (each scans ``__per_user`` once); above, the aggregate is cheaper.
+MAX_COVER = 6
+
+#: Catalog types whose values are equal exactly when they are the same value, so that
+#: ``key = v`` and GROUP BY agree on which rows are one group (not float: ``-0.0 = 0.0``;
+#: not strings: collations and padding).
+_EXACT_TYPES = ("int", "bool", "date")
+
+
+def _over_by_cover(plan: Plan, G: int) -> exp.Select | None:
+    """``__over`` as the users with a row at every key combination, or None.
+
+    Why it is the same set as ``GROUP BY __uid HAVING COUNT(*) > G``: the
+    ``restrict_domains`` pass keeps only rows whose every key lies in its public domain,
+    so with ``plan.groups`` None (the whole product) each row of ``__per_user`` carries
+    one of the product's ``G + 1`` combinations, and it has one row per (user,
+    combination) since it is grouped by the user and the keys. A user's row count is
+    then the number of distinct combinations it reaches, at most ``G + 1``, so it
+    exceeds ``G`` exactly when the user reaches all of them. ``key = v`` (``key IS
+    NULL`` for NULL) singles out one combination's rows, and equality picks out exactly
+    GROUP BY's group only where equal values are the same value: so every key must be a
+    bare catalog column of an exact type (:data:`_EXACT_TYPES`), read from a catalog
+    table (a derived table's column may be typed otherwise in the database). The set
+    is the same, so ``__bounded`` keeps the same rows and the L0 choice is today's, a
+    function of (user, keys, seed) alone; the sensitivity argument of the module holds
+    unchanged.
+
+    Returns None (the aggregate is used) when any condition fails or the product has
+    more than :data:`MAX_COVER` combinations.
+    """
+    if plan.groups is not None or not plan.keys or not plan.public_keys:
+        return None
+    domains = [k.domain for k in plan.keys]
+    size = math.prod(len(d) for d in domains)
+    if size != G + 1 or size > MAX_COVER:
+        return None
+    for key in plan.keys:
+        if not isinstance(key.expr, exp.Column) or not _exact_column(plan, key.expr):
+            return None
+    for domain in domains:
+        for v in domain:
+            if not (v is None or isinstance(v, int)
+                    or type(v) is datetime.date):
+                return None
+
+    def at(combo: tuple) -> exp.Expression:
+        return exp.and_(*(
+            exp.Is(this=exp.column(k.name), expression=exp.Null()) if v is None
+            else exp.EQ(this=exp.column(k.name), expression=exp.convert(v))
+            for k, v in zip(plan.keys, combo, strict=True)))
+
+    combos = list(itertools.product(*domains))
+    over = (exp.select(UID).from_(PER_USER)
+            .where(sqlglot.condition(f"NOT {UID} IS NULL"))
+            .where(at(combos[0])))
+    for combo in combos[1:]:
+        reach = exp.select(UID).from_(PER_USER).where(at(combo))
+        over = over.where(exp.In(this=exp.column(UID), query=reach.subquery()))
+    return over
+
+
+def _exact_column(plan: Plan, col: exp.Column) -> bool:
+    """Whether a key column is a catalog table's column of an exact type."""
+    try:
+        source = plan.scope.source(col.table) if col.table else plan.scope.sources[0]
+        if source.derived is not None or source.table.derived:
+            return False
+        return plan.scope.column(col).type in _EXACT_TYPES
+    except Exception:  # noqa: BLE001 - any doubt keeps the aggregate
+        return False
