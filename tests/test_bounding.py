@@ -266,3 +266,73 @@ def test_the_cover_rule_applies_only_where_its_premise_holds(sql, max_groups):
     plan = _demo_plan(sql, max_groups=max_groups)
     assert plan.bound_groups
     assert "HAVING COUNT(*) > " in rewrite(plan).sql()
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT sex, COUNT(DISTINCT educ), MEDIAN(age) FROM pums_dup GROUP BY sex",
+    "SELECT sex, COUNT(DISTINCT educ), MAX(income) FROM pums_dup WHERE age > 0 GROUP BY sex",
+])
+def test_the_cover_rule_bounds_distinct_counts_and_histograms(cover_base, sql):
+    """COUNT(DISTINCT) and histogram statistics read their own per-user tables: under the
+    cover rule a user at both sexes still moves one group, each statistic within bound."""
+    plan = _demo_plan(sql, max_rows=2, max_groups=1, seed=11)
+    assert plan.bound_groups and "__k0 = 0" in rewrite(plan).sql()  # the rule applies
+    d = cover_base[1]["d"]
+    for reached in ([(0, 0), (1, 1)], [(1, 0)]):
+        _assert_within_bounds(exact(d, plan), exact(_neighbour_at(cover_base, reached), plan),
+                              plan)
+
+
+def _sqlite_dates(path, extra):
+    """An SQLite file: 40 people on one of 4 days each, plus ``extra`` (pid, d) rows."""
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (pid INTEGER, d DATE)")
+    con.executemany("INSERT INTO t VALUES (?, ?)",
+                    [(i, f"2020-01-0{1 + i % 4}") for i in range(40)] + list(extra))
+    con.commit()
+    con.close()
+    return f"sqlite:///{path}"
+
+
+def _released_counts(url, sql):
+    import datetime
+
+    import dpsql
+    from dpsql.catalog import Catalog, Column, Table
+    from tests.support import checked, prepare
+
+    day = datetime.date
+    catalog = Catalog({"t": Table("t", {
+        "pid": Column("pid", "int"),
+        "d": Column("d", "date", day(2020, 1, 1), day(2020, 1, 4))},
+        user_key="pid", max_groups=3, max_rows=1)})
+    conn = dpsql.connect(url, catalog=catalog, budget=(100, 1e-3), ledger=":memory:")
+    try:
+        plan, expression, backend = prepare(conn, sql)
+        expression, read = checked(conn, plan, expression, backend)
+        columns, rows = backend.execute(expression)
+        exact = {r[0]: r[1] for r in read(rows)}
+        return plan, expression, {k[0]: exact.get(k[0], 0) for k in plan.public_groups()}
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("days", [["2020-01-01", "2020-01-02", "2020-01-03"],
+                                  ["2020-01-01", "2020-01-02", "2020-01-03", "2020-01-04"]])
+def test_the_cover_rule_on_sqlite_dates_that_are_not_iso_text(tmp_path, days):
+    """SQLite keeps DATE as text: ``2020-01-01 00:00:00`` passes restrict_domains' ``d
+    BETWEEN '2020-01-01' AND '2020-01-04'`` yet matches no ``__k0 = '2020-01-01'`` of the
+    cover, so a user with such rows and 3 of the 4 days is not in ``__over`` and keeps 5
+    rows. Sound only because read_keys never releases non-canonical text: the released
+    groups still move by at most max_groups, each by at most max_rows."""
+    attacker = [(ATTACKER, d) for d in days]
+    attacker += [(ATTACKER, f"{d} 00:00:00") for d in days[:2]]
+    sql = "SELECT d, COUNT(*) FROM t GROUP BY d"
+    plan, expression, before = _released_counts(_sqlite_dates(tmp_path / "d.db", []), sql)
+    assert "__k0 = '2020-01-01'" in expression.sql("sqlite")  # the cover rule applies
+    _, _, after = _released_counts(_sqlite_dates(tmp_path / "d2.db", attacker), sql)
+    changed = [k for k in before if before[k] != after[k]]
+    assert 0 < len(changed) <= plan.max_groups
+    assert all(abs(after[k] - before[k]) <= 1 for k in changed)

@@ -154,10 +154,16 @@ def _over_by_cover(plan: Plan, G: int) -> exp.Select | None:
     NULL`` for NULL) singles out one combination's rows, and equality picks out exactly
     GROUP BY's group only where equal values are the same value: so every key must be a
     bare catalog column of an exact type (:data:`_EXACT_TYPES`), read from a catalog
-    table (a derived table's column may be typed otherwise in the database). The set
-    is the same, so ``__bounded`` keeps the same rows and the L0 choice is today's, a
-    function of (user, keys, seed) alone; the sensitivity argument of the module holds
-    unchanged.
+    table (a derived table's column may be typed otherwise in the database). One
+    exception: SQLite holds a DATE as any text, and ``2020-01-01 00:00:00`` passes the
+    filter's ``BETWEEN`` of a run of days yet equals no domain value. Such a row is a
+    group of its own that is never released (:func:`dpsql.keys.read_keys` reads only
+    canonical ISO text as a date), so a user missing a combination still reaches at
+    most ``G`` released groups, though ``__over`` may then differ from the aggregate's
+    (``tests/test_bounding.py``, SQLite dates). The set is otherwise
+    the same, so ``__bounded`` keeps the same rows; either way ``__over``, and so the
+    L0 choice, is a function of one user's own rows and the seed alone; the
+    sensitivity argument of the module holds unchanged.
 
     Returns None (the aggregate is used) when any condition fails or the product has
     more than :data:`MAX_COVER` combinations.
