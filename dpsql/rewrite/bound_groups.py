@@ -27,7 +27,6 @@ rows only (:func:`_over_by_cover`; on 1M people grouped by ``sex`` with ``max_gr
 
 from __future__ import annotations
 
-import datetime
 import itertools
 import math
 
@@ -137,8 +136,10 @@ MAX_COVER = 6
 
 #: Catalog types whose values are equal exactly when they are the same value, so that
 #: ``key = v`` and GROUP BY agree on which rows are one group (not float: ``-0.0 = 0.0``;
-#: not strings: collations and padding).
-_EXACT_TYPES = ("int", "bool", "date")
+#: not strings: collations and padding; not dates: SQLite holds a DATE as any text, and
+#: ``2020-01-01 00:00:00`` passes the domain filter's ``BETWEEN`` of a run of days yet
+#: equals no domain value, a row the cover would not count).
+_EXACT_TYPES = ("int", "bool")
 
 
 def _over_by_cover(plan: Plan, G: int) -> exp.Select | None:
@@ -154,13 +155,10 @@ def _over_by_cover(plan: Plan, G: int) -> exp.Select | None:
     NULL`` for NULL) singles out one combination's rows, and equality picks out exactly
     GROUP BY's group only where equal values are the same value: so every key must be a
     bare catalog column of an exact type (:data:`_EXACT_TYPES`), read from a catalog
-    table (a derived table's column may be typed otherwise in the database). One
-    exception: SQLite holds a DATE as any text, and ``2020-01-01 00:00:00`` passes the
-    filter's ``BETWEEN`` of a run of days yet equals no domain value. Such a row is a
-    group of its own that is never released (:func:`dpsql.keys.read_keys` reads only
-    canonical ISO text as a date), so a user missing a combination still reaches at
-    most ``G`` released groups, though ``__over`` may then differ from the aggregate's
-    (``tests/test_bounding.py``, SQLite dates). The set is otherwise
+    table (a derived table's column may be typed otherwise in the database; SQLite's
+    typed read turns a value of another storage class in an INT or BOOL column into
+    NULL, which the filter keeps out of the domain unless NULL is in it, and then
+    ``IS NULL`` matches it). The set is otherwise
     the same, so ``__bounded`` keeps the same rows; either way ``__over``, and so the
     L0 choice, is a function of one user's own rows and the seed alone; the
     sensitivity argument of the module holds unchanged.
@@ -179,8 +177,7 @@ def _over_by_cover(plan: Plan, G: int) -> exp.Select | None:
             return None
     for domain in domains:
         for v in domain:
-            if not (v is None or isinstance(v, int)
-                    or type(v) is datetime.date):
+            if not (v is None or isinstance(v, int)):
                 return None
 
     def at(combo: tuple) -> exp.Expression:
