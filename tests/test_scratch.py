@@ -130,3 +130,75 @@ def test_a_poisoned_scratch_use_cannot_change_another_analysts_answer(tmp_path, 
             assert all(300 < row[-1] < 1300 for row in res.rows), res.rows  # not 4242
     finally:
         conn.close()
+
+
+# -- issue 23: databases opened ahead of use, each still used once ---------------------
+
+
+def test_a_database_is_handed_out_once_even_from_the_spares():
+    from dpsql import scratch as module
+
+    seen = []
+    for _ in range(12):
+        with scratch() as con:
+            seen.append(con)  # kept alive so that no id is reused
+            # a handed-out database has run nothing: no table, no macro, no variable
+            assert con.execute("SELECT COUNT(*) FROM duckdb_tables()").fetchall() == [(0,)]
+            con.execute("CREATE TABLE left_behind AS SELECT 1 AS x")
+        module.settle()
+    assert len({id(c) for c in seen}) == len(seen)
+
+
+def test_spares_are_opened_in_the_background():
+    from dpsql import scratch as module
+
+    with scratch():
+        pass
+    assert module.settle(10.0)
+    assert len(module._SPARES.ready) == module._spares_wanted() > 0
+
+
+def test_no_spares_when_turned_off(monkeypatch):
+    from dpsql import scratch as module
+
+    monkeypatch.setenv(module.SPARES_ENV, "0")
+    pool = module._Spares()
+    assert pool.take() is None and pool.thread is None
+
+
+def test_the_process_exits_cleanly_with_an_opening_under_way():
+    """A daemon thread stopped inside DuckDB's C++ at exit aborts the process."""
+    import subprocess
+    import sys
+
+    code = ("from dpsql.scratch import scratch\n"
+            "for _ in range(3):\n"
+            "    with scratch() as con: con.execute('SELECT 1').fetchall()\n")
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+
+
+def test_a_forked_child_never_takes_its_parents_spares():
+    import os
+
+    from dpsql import scratch as module
+
+    with scratch():
+        pass
+    module.settle()
+    parents = {id(c) for c in module._SPARES.ready}
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its pool starts empty
+        try:
+            ok = not module._SPARES.ready and module._SPARES.thread is None
+            with scratch() as con:
+                ok = ok and id(con) not in parents
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.waitpid(pid, 0)
