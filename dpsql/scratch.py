@@ -47,6 +47,7 @@ Every SQL text run here is written by sqlglot from a tree dpsql built and passes
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 from collections.abc import Collection, Iterator
@@ -86,10 +87,8 @@ def _open() -> duckdb.DuckDBPyConnection:
 
 
 def _close(con: duckdb.DuckDBPyConnection) -> None:
-    try:
+    with contextlib.suppress(Exception):  # a used database is dropped either way
         con.close()
-    except Exception:  # noqa: BLE001 - a used database is dropped either way
-        pass
 
 
 class _Spares:
