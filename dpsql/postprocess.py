@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import math
 import sys
+import weakref
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -56,7 +57,7 @@ from dpsql.analyze.plan import Cell, Plan
 from dpsql.errors import PostprocessError, UnsupportedQueryError
 from dpsql.limits import DEFAULT, Limits
 from dpsql.noise import NoisyGroups
-from dpsql.scratch import checked_sql, run, scratch
+from dpsql.scratch import checked_sql, scratch
 
 ROW_ID = "__rid"
 
@@ -125,19 +126,20 @@ def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
         with scratch() as con:
             try:
                 con.register("__noisy", table)
-                result = run(con, postprocess_query(plan), _names(plan))
+                result = con.execute(_outer_sql(plan)).fetchall()
             except duckdb.Error as exc:  # depends on noisy values only; charge kept
                 raise PostprocessError(
                     f"post-processing the noisy answer failed ({type(exc).__name__})"
                 ) from None
 
     rows, accuracy, intervals = [], [], []
+    levels = [_levels(plan, out, alpha) for out in plan.outputs]  # the same in every row
     for row in result:
         rid = row[-1]
         values = row[:-1]
         rows.append(tuple(values))
-        bars = [_error_bar(plan, out, value, rid, noisy, cells, alpha)
-                for out, value in zip(plan.outputs, values, strict=True)]
+        bars = [_error_bar(plan, out, value, rid, noisy, cells, level)
+                for out, value, level in zip(plan.outputs, values, levels, strict=True)]
         accuracy.append(tuple(b[0] for b in bars))
         intervals.append(tuple(b[1] for b in bars))
     return Answer([o.name for o in plan.outputs], rows, accuracy, intervals,
@@ -172,6 +174,26 @@ def _finite_float(value) -> float:
         number = math.inf if value > 0 else -math.inf
     return max(-sys.float_info.max, min(sys.float_info.max, number)) \
         if number == number else number
+
+
+#: id(plan) → (weak reference to the plan, its checked outer SQL): a cached plan's outer
+#: query is written and checked once, not per answer.
+_OUTER: dict[int, tuple[weakref.ref, str]] = {}
+
+
+def _outer_sql(plan: Plan) -> str:
+    """The DuckDB text of :func:`postprocess_query`, after the output check.
+
+    A pure function of the plan (the text and the check read nothing else), so it is kept
+    as long as the plan lives.
+    """
+    hit = _OUTER.get(id(plan))
+    if hit is not None and hit[0]() is plan:
+        return hit[1]
+    sql = checked_sql(postprocess_query(plan), _names(plan))
+    key = id(plan)
+    _OUTER[key] = (weakref.ref(plan, lambda _ref: _OUTER.pop(key, None)), sql)
+    return sql
 
 
 def postprocess_query(plan: Plan) -> exp.Select:
@@ -326,18 +348,30 @@ def stat_half_width(plan: Plan, name: str, alpha: float) -> float:
     return plan.stat(name).mechanism.accuracy(alpha)
 
 
-def _error_bar(plan, out, value, rid, noisy, cells, alpha):
-    """An output cell's half-width and its interval within the bounds, or (None, None).
+def _levels(plan, out, alpha) -> tuple[float, dict[str, float]] | None:
+    """An output's level per statistic (``α/m``, union bound) and the statistics' widths.
 
-    The interval holds the released value; the half-width is the larger distance from
-    the value to an end of it, so ``value ± half-width`` covers the interval.
+    None for an output that depends on no noisy statistic.
     """
-    if not out.cells or value is None:
-        return None, None
+    if not out.cells:
+        return None
     stats = sorted({s for c in plan.cells if c.name in out.cells for s in c.stats})
     level = alpha / len(stats)
     widths = {s: stat_half_width(plan, s, level) for s in stats
               if plan.stat(s).bins is None}  # a histogram has no one half-width
+    return level, widths
+
+
+def _error_bar(plan, out, value, rid, noisy, cells, levels):
+    """An output cell's half-width and its interval within the bounds, or (None, None).
+
+    The interval holds the released value; the half-width is the larger distance from
+    the value to an end of it, so ``value ± half-width`` covers the interval. ``levels``
+    is the output's :func:`_levels`.
+    """
+    if levels is None or value is None:
+        return None, None
+    level, widths = levels
     if isinstance(out.expr, exp.Column):
         cell = next(c for c in plan.cells if c.name == out.expr.name)
         if cell.family.direct:  # the statistic itself: its own (integer) half-width
