@@ -132,3 +132,17 @@ def test_registries_are_the_one_place():
     assert set(mechanisms.MECHANISMS) == {"laplace", "gaussian"}
     assert {e.module.rpartition(".")[2] for e in ENGINES} == {
         "duckdb", "postgres", "sqlite", "spark"}
+
+
+def test_every_package_is_installed():
+    """A subpackage missing from pyproject's list is left out of a non-editable install
+    (``pip install .``, the README's demo): ``dpsql.aggregates`` and ``dpsql.ledger``
+    once were, and the demo failed at import while every test (editable) passed."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.parent.relative_to(root).parts)
+               for p in (root / "dpsql").rglob("__init__.py")}
+    assert on_disk <= listed, sorted(on_disk - listed)
