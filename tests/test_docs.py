@@ -50,6 +50,12 @@ def test_ci_runs_the_readme_test_command():
     assert blocks(README, "bash")[1].strip() == command
 
 
+def test_ci_runs_the_readme_demo_command():
+    demo = blocks(README, "bash")[0].strip()
+    assert demo.endswith("dpsql demo")
+    assert f"{demo} > /dev/null" in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
 def test_readme_documents_every_cli_command():
     from dpsql.cli import main
 
