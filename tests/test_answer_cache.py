@@ -222,7 +222,10 @@ def test_postgres_ledger(pums_file, tmp_path):
         again = conn.execute(QUERY, epsilon=0.5)
         assert _bits(again.rows) == _bits(first.rows) and again.cost == (0.0, 0.0)
         assert conn.budget.spent == (0.5, 0.0)
-        assert clear(ledger_of(conn)) == 1
+        # an AVG from the pointer and the core entry of a SUM and COUNT
+        assert conn.execute(SUMS, epsilon=0.5).cost == (0.5, 0.0)
+        assert conn.execute(AVGS, epsilon=0.5).cost == (0.0, 0.0)
+        assert clear(ledger_of(conn)) == 2
         assert conn.execute(QUERY, epsilon=0.5).cost == (0.5, 0.0)
 
 
