@@ -29,6 +29,16 @@ AVG's ``x`` must be the SUM's argument as written; the COUNT must count the same
 statistic as ``AVG(x)`` would: ``COUNT(x)``, or ``COUNT(*)`` where the analysis maps
 ``COUNT(x)`` to it (``x`` NOT NULL, :func:`dpsql.aggregates.count.never_null`).
 
+**One row per user.** A fresh AVG scales each user's sum to the rows its count keeps
+(their mean times ``min(count, max_rows)``, :meth:`dpsql.aggregates.sums.Sum.partial`),
+while a released SUM adds up all of a user's clamped rows (their partial sum clamped
+to ``max_rows`` rows' worth) and a COUNT caps them at ``max_rows``: for a user with more
+rows than ``max_rows`` in a group, ``SUM / COUNT`` estimates another number than
+``AVG``. Both are the same where no user has more than ``max_rows`` rows in a group,
+which the plan knows publicly only when each user has one row
+(``Plan.one_row_per_user``: row privacy, or a user key the database keeps unique);
+otherwise the AVG is not derived (answered afresh and charged).
+
 **Value.** ``clamp(S / max(N, 1), L, U)`` from the released (already consistent) sum
 ``S`` and count ``N``: a count below 1 is read as 1, as the fresh path's AVG does
 (:func:`dpsql.aggregates.avg.value`), and the result lies within the value bounds, as
@@ -232,6 +242,8 @@ def derive_avg(cached: Result, plan: Plan, items, cached_items) -> Result | None
     docstring)."""
     sources = match(items, cached_items)
     if sources is None or not any(isinstance(s, _Avg) for s in sources):
+        return None
+    if not plan.one_row_per_user:  # SUM / COUNT is another number (module docstring)
         return None
     if len(cached_items) != len(cached.columns) or not matches_split(plan, cached):
         return None

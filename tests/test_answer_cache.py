@@ -470,6 +470,20 @@ def test_avg_from_another_frame_or_key_is_charged(pums_file, tmp_path, first_sql
     assert again.cost[0] == eps and AVG_NOTE not in again.notes
 
 
+def test_avg_needs_one_row_per_user(pums_file, tmp_path):
+    """pums_dup has 1-4 rows per person: SUM adds all of a person's clamped rows where
+    COUNT keeps max_rows of them, so SUM / COUNT is not the AVG dpsql answers."""
+    from dpsql.answer_avg import AVG_NOTE
+
+    with open(catalog_path("pums_dup")) as f:
+        catalog = yaml.safe_load(f)
+    catalog.pop("budget", None)
+    conn = _conn(pums_file, tmp_path, catalog=catalog)
+    conn.execute(SUMS.replace("pums", "pums_dup"), epsilon=0.5)
+    again = conn.execute(AVGS.replace("pums", "pums_dup"), epsilon=0.5)
+    assert again.cost == (0.5, 0.0) and AVG_NOTE not in again.notes
+
+
 def test_avg_is_per_analyst(pums_file, tmp_path):
     with _conn(pums_file, tmp_path, analyst="alice") as conn:
         conn.execute(SUMS, epsilon=0.5)
