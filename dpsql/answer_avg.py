@@ -22,9 +22,10 @@ released groups, in the same order); each copied column keeps its values and err
 bars; each AVG is computed from the SUM and COUNT of its own row.
 
 **Same bounds.** The frame key carries ε, δ, ``max_rows``, ``max_groups``, mechanism,
-α, options, catalog (bounds of ``x``) and schema version, so SUM and COUNT counted the
-same rows per user, clamped to the same ``[L, U]``, as a fresh ``AVG(x)`` would; and
-``SUM`` and ``COUNT`` come from one answer, so from one set of released groups. The
+α, options, catalog (bounds of ``x``) and schema version, so SUM and COUNT were
+computed under the contribution bounds and the clamp ``[L, U]`` of ``x`` a fresh
+``AVG(x)`` would use; and ``SUM`` and ``COUNT`` come from one answer, so from one set
+of released groups (a group that answer did not release is not in this one either). The
 AVG's ``x`` must be the SUM's argument as written; the COUNT must count the same
 statistic as ``AVG(x)`` would: ``COUNT(x)``, or ``COUNT(*)`` where the analysis maps
 ``COUNT(x)`` to it (``x`` NOT NULL, :func:`dpsql.aggregates.count.never_null`).
@@ -38,6 +39,12 @@ rows than ``max_rows`` in a group, ``SUM / COUNT`` estimates another number than
 which the plan knows publicly only when each user has one row
 (``Plan.one_row_per_user``: row privacy, or a user key the database keeps unique);
 otherwise the AVG is not derived (answered afresh and charged).
+
+**Which cached answer.** Each answer stored under its core also leaves a pointer under
+its frame's key (:meth:`dpsql.answer_cache.AnswerCache.pointers`): the text of the
+query. The AVG query reads the pointers of its own frame, keeps a query whose select
+items supply its own (:func:`match`), and reads that query's core entry; the plan is
+that query's, re-analysed (or from the plan cache) for the half-widths and ranges.
 
 **Value.** ``clamp(S / max(N, 1), L, U)`` from the released (already consistent) sum
 ``S`` and count ``N``: a count below 1 is read as 1, as the fresh path's AVG does
