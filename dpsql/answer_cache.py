@@ -29,7 +29,11 @@ asking it again is charged again. Any key difference (ε, options, catalog or it
 without HAVING, ORDER BY, LIMIT and OFFSET, when it had none of the first three), so
 that another HAVING/ORDER BY/LIMIT over its released rows is answered from it,
 free (:mod:`dpsql.answer_derive`); such entries' keys start with :data:`CORE_PREFIX`
-and are not counted as answers of their own.
+and are not counted as answers of their own. With it goes a *pointer* (key under
+:data:`FRAME_PREFIX`: the core's frame, i.e. the core without its select list, and the
+core): the query's own text, so that a query with another select list over the same
+frame (an AVG from a released SUM and COUNT, :mod:`dpsql.answer_avg`) finds the answers
+it may be computed from. A pointer holds SQL the analyst wrote, never an answer.
 
 **Staleness is the owner's word.** dpsql never guesses that the data changed: the owner
 bumps ``data_version`` in the catalog (every older entry stops matching) or runs
@@ -69,6 +73,12 @@ KEY_VERSION = "dpsql-answer-1"
 #: Start of the keys an answer is stored under a second time, as its query's core's
 #: (:mod:`dpsql.answer_derive`): not counted as answers of their own.
 CORE_PREFIX = "core:"
+#: Start of the keys of pointers from a frame (a core without its select list) to the
+#: text of a query answered over it (:mod:`dpsql.answer_avg`); under CORE_PREFIX, so
+#: not counted as answers either.
+FRAME_PREFIX = CORE_PREFIX + "frame:"
+#: The most pointers of one frame read by :meth:`AnswerCache.pointers`.
+MAX_POINTERS = 16
 #: The note a Result from the cache carries.
 CACHED_NOTE = ("answered from the answer cache: this query was answered before with the "
                "same epsilon, delta and options; the same answer again, nothing was spent")
@@ -129,12 +139,42 @@ class AnswerCache:
         return dataclasses.replace(result, cost=(0.0, 0.0),
                                    notes=(*result.notes, CACHED_NOTE))
 
+    def pointers(self, frame: str | None, dataset: str, analyst: str) -> list[str]:
+        """The texts of the queries answered over ``frame`` (a frame key, see the module
+        docstring), the most recent first, at most :data:`MAX_POINTERS`.
+
+        Raises:
+            LedgerError: a pointer fails its MAC, or the ledger cannot be read.
+        """
+        if frame is None or not self.enabled:
+            return []
+        with self._ledger.side_table() as (db, prefix, mac):
+            # the pattern as a parameter (psycopg); a frame key is hex after the prefix,
+            # so it holds no '%' nor '_'
+            rows = db.execute(
+                f"SELECT key, answer, mac FROM {prefix}answers WHERE dataset = ? AND "
+                "analyst = ? AND key LIKE ? ORDER BY created DESC, key LIMIT ?",
+                (dataset, analyst, frame + ":%", MAX_POINTERS)).fetchall()
+        out = []
+        for key, answer, tag in rows:
+            if not hmac.compare_digest(tag, mac("answer", dataset, analyst, key, answer)):
+                raise LedgerError(f"ledger {self._ledger.path!r}: a cached answer fails its "
+                                  "check (was the ledger edited?); refusing to use it")
+            try:
+                sql = json.loads(answer)["sql"]
+            except (ValueError, TypeError, KeyError):
+                continue
+            if isinstance(sql, str):
+                out.append(sql)
+        return out
+
     def storer(self, key: str | None, dataset: str, analyst: str, result: Result,
-               also_as: str | None = None):
+               also_as: str | None = None, frame: tuple[str, str] | None = None):
         """What :meth:`dpsql.ledger.Ledger.finish` runs in the outcome's transaction to
         keep ``result`` (under ``key``, and ``also_as`` when given: its core's key,
-        :mod:`dpsql.answer_derive`); None when it cannot be kept (never an error: the
-        answer is released either way)."""
+        :mod:`dpsql.answer_derive`), and with ``also_as`` the pointer ``frame`` (its
+        frame's key and the query's text, :meth:`pointers`); None when it cannot be kept
+        (never an error: the answer is released either way)."""
         if key is None or not self.enabled:
             return None
         try:
@@ -145,10 +185,17 @@ class AnswerCache:
             return None
 
         keys = [key] if also_as is None or also_as == key else [key, also_as]
+        entries = [(k, answer) for k in keys]
+        if also_as is not None and frame is not None and frame[0] is not None:
+            # one pointer per core: it is replaced with the core's entry, so the text it
+            # holds is always that of the answer stored under the core
+            core = hashlib.sha256(also_as.encode()).hexdigest()[:32]
+            entries.append((f"{frame[0]}:{core}", json.dumps({"sql": frame[1]},
+                                                             ensure_ascii=True)))
 
         def store(db, prefix: str, mac) -> None:
             db.execute(_table(prefix))
-            for k in keys:
+            for k, answer in entries:
                 db.execute(f"DELETE FROM {prefix}answers WHERE dataset = ? AND analyst = ? "
                            "AND key = ?", (dataset, analyst, k))
                 db.execute(f"INSERT INTO {prefix}answers VALUES (?, ?, ?, ?, ?, ?)",

@@ -53,6 +53,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.analyze.evaluation import SCALAR_TEXT, check_value_lengths, length_bounds
+from dpsql.answer_avg import frame
 from dpsql.answer_cache import CACHED_NOTE
 from dpsql.errors import UnsupportedQueryError
 from dpsql.limits import DEFAULT, Limits
@@ -82,6 +83,8 @@ class Derivation:
         limit: the LIMIT expression, or None.
         offset: the OFFSET expression, or None.
         items: the core's select items.
+        frame: the core's text with its select list replaced by ``*``
+            (:func:`dpsql.answer_avg.frame`), or None.
     """
 
     core: str
@@ -90,6 +93,7 @@ class Derivation:
     limit: exp.Expression | None
     offset: exp.Expression | None
     items: tuple[exp.Expression, ...] = ()
+    frame: str | None = None
 
     @property
     def whole(self) -> bool:
@@ -133,7 +137,7 @@ def split(sql: str) -> Derivation | None:
     except Exception:  # noqa: BLE001 - not derivable
         return None
     return Derivation(text, having, parts["order"], limit, offset,
-                      tuple(e.copy() for e in core.expressions))
+                      tuple(e.copy() for e in core.expressions), frame(core))
 
 
 def derive(cached: Result, d: Derivation, limits: Limits = DEFAULT) -> Result | None:

@@ -4,12 +4,15 @@ run, noise, post-processing and outcome."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from dpsql import stages
 from dpsql.accuracy import selection_note
-from dpsql.answer_cache import CORE_PREFIX
-from dpsql.answer_derive import derive, split
+from dpsql.answer_avg import derive_avg, has_avg
+from dpsql.answer_cache import CORE_PREFIX, FRAME_PREFIX
+from dpsql.answer_derive import DERIVED_NOTE, Derivation, derive, split
 from dpsql.answering import asymmetry_notes, internal_error, split_table
-from dpsql.asking import Ask
+from dpsql.asking import Ask, query_options
 from dpsql.bias import bias_note
 from dpsql.bias import release as release_bias
 from dpsql.errors import (
@@ -17,7 +20,8 @@ from dpsql.errors import (
     QueryCancelled,
 )
 from dpsql.noise import add_noise
-from dpsql.plan_cache import Prepared, typed
+from dpsql.parse import parse
+from dpsql.plan_cache import Prepared, plan_key, typed
 from dpsql.postprocess import postprocess
 from dpsql.result import Result
 
@@ -101,7 +105,8 @@ class Answering:
         """Records the charge's outcome ``answered``, with the answer cache's entries in
         the same transaction."""
         store = None if self._answers is None else self._answers.storer(
-            ask.answer_key, self._dataset, self._analyst, result, also_as=ask.core_key)
+            ask.answer_key, self._dataset, self._analyst, result, also_as=ask.core_key,
+            frame=(ask.frame_key, ask.sql))
         stages.mark("noise")
         try:
             if store is None:
@@ -126,4 +131,57 @@ class Answering:
                 derived = derive(base, derivation, self._catalog.limits)
                 if derived is not None:
                     return derived, None
-        return None, core_key if derivation.whole else None
+        frame_key = derivation.frame and self._answer_key(ask, "frame:" + derivation.frame)
+        frame_key = frame_key and FRAME_PREFIX + frame_key
+        if has_avg(derivation.items):
+            derived = self._from_sum_and_count(ask, derivation, frame_key)
+            if derived is not None:
+                return derived, None
+        if not derivation.whole:
+            return None, None
+        ask.frame_key = frame_key
+        return None, core_key
+
+    def _from_sum_and_count(self, ask: Ask, derivation: Derivation,
+                            frame_key: str | None) -> Result | None:
+        """The AVG query answered from a cached answer's SUM and COUNT over the same
+        frame (:mod:`dpsql.answer_avg`), then filtered and ordered as it says; None."""
+        for sql in self._answers.pointers(frame_key, self._dataset, self._analyst):
+            other = split(sql)
+            if other is None or other.frame != derivation.frame or not other.whole:
+                continue
+            core_key = self._answer_key(ask, "core:" + other.core)
+            cached = self._answers.get(core_key and CORE_PREFIX + core_key, self._dataset,
+                                       self._analyst)
+            if cached is None:
+                continue
+            plan = self._plan_of(ask, sql)
+            derived = None if plan is None else derive_avg(cached, plan, derivation.items,
+                                                          other.items)
+            if derived is not None and derivation.post:
+                derived = derive(derived, derivation, self._catalog.limits)
+                if derived is not None:  # the AVG note says what was done
+                    derived = dataclasses.replace(derived, notes=tuple(
+                        n for n in derived.notes if n != DERIVED_NOTE))
+            if derived is not None:
+                return derived
+        return None
+
+    def _plan_of(self, ask: Ask, sql: str):
+        """The plan ``sql`` was answered with, asked with ``ask``'s options and arguments
+        (analysis reads no data); None when it cannot be had."""
+        keyed = "\x00".join([sql, *ask.rest])
+        key = plan_key(keyed, ask.epsilon, ask.delta, ask.max_groups, ask.max_rows,
+                       ask.mechanism or self._mechanism, self._catalog_fp, ask.version)
+        prepared = self._plans.get(key)
+        if prepared is not None:
+            return prepared.plan
+        try:
+            epsilon, delta, max_groups, max_rows = query_options(
+                ask.options, ask.epsilon, ask.delta, ask.max_groups, ask.max_rows)
+            tree = parse(sql, self._catalog.limits.max_sql_length)
+            plan, _, _ = self._prepare(tree, epsilon, delta, max_groups, max_rows,
+                                       ask.mechanism, ask.bias_check)
+        except Exception:  # noqa: BLE001 - not derived; the query is answered afresh
+            return None
+        return plan

@@ -35,6 +35,7 @@ class Ask:
     version: Any = None
     answer_key: str | None = None
     core_key: str | None = None
+    frame_key: str | None = None
 
 
 def lift_and_bind(sql, params, limits) -> tuple[Any, dict]:

@@ -222,7 +222,10 @@ def test_postgres_ledger(pums_file, tmp_path):
         again = conn.execute(QUERY, epsilon=0.5)
         assert _bits(again.rows) == _bits(first.rows) and again.cost == (0.0, 0.0)
         assert conn.budget.spent == (0.5, 0.0)
-        assert clear(ledger_of(conn)) == 1
+        # an AVG from the pointer and the core entry of a SUM and COUNT
+        assert conn.execute(SUMS, epsilon=0.5).cost == (0.5, 0.0)
+        assert conn.execute(AVGS, epsilon=0.5).cost == (0.0, 0.0)
+        assert clear(ledger_of(conn)) == 2
         assert conn.execute(QUERY, epsilon=0.5).cost == (0.5, 0.0)
 
 
@@ -346,3 +349,205 @@ def test_long_released_keys_bound_derived_lengths(pums_file, tmp_path, monkeypat
     q = "SELECT k, COUNT(*) AS n FROM pums GROUP BY k"
     assert derive(base, split(f"{q} HAVING length(k || k) > 1")) is not None
     assert derive(base, split(f"{q} HAVING length(k || k || k) > 1")) is None
+
+
+# -- AVG from a cached SUM and COUNT (dpsql.answer_avg) ----------------------------------
+
+SUMS = "SELECT sex, SUM(income) AS s, COUNT(income) AS n FROM pums GROUP BY sex"
+AVGS = "SELECT sex, AVG(income) AS a FROM pums GROUP BY sex"
+
+
+def _avg_of(first, total=1, count=2, lower=0.0, upper=500000.0):
+    """Per released row the AVG a derivation must give: clamp(S / max(N, 1))."""
+    return [min(max(r[total] / max(r[count], 1), lower), upper) for r in first.rows]
+
+
+@pytest.mark.parametrize(("first_sql", "then", "where"), [
+    (SUMS, AVGS, (1, 2)),
+    # COUNT(*) counts what COUNT(income) does: income is NOT NULL in the catalog
+    ("SELECT sex, COUNT(*) AS n, SUM(income) FROM pums GROUP BY sex", AVGS, (2, 1)),
+    # ORDER BY in the first answer: still every released group
+    (f"{SUMS} ORDER BY n", AVGS, (1, 2)),
+    # the items in another order, without the key column
+    (SUMS, "SELECT AVG(income) FROM pums GROUP BY sex", (1, 2)),
+])
+def test_avg_from_a_cached_sum_and_count_is_free(pums_file, tmp_path, monkeypatch,
+                                                  first_sql, then, where):
+    from dpsql.answer_avg import AVG_NOTE
+
+    conn = _conn(pums_file, tmp_path)
+    first = conn.execute(first_sql, epsilon=0.5)
+    before = _ledger_state(conn)
+    _no_backend(conn, monkeypatch)
+    derived = conn.execute(then, epsilon=0.5)
+    assert derived.cost == (0.0, 0.0) and AVG_NOTE in derived.notes
+    assert CACHED_NOTE not in derived.notes and DERIVED_NOTE not in derived.notes
+    assert _ledger_state(conn) == before  # no charge, no entry
+    col = derived.columns.index("a") if "a" in derived.columns else 0
+    assert [r[col] for r in derived.rows] == _avg_of(first, *where)
+    if "sex" in derived.columns:
+        assert [r[0] for r in derived.rows] == [r[0] for r in first.rows]
+    total, count = where
+    for row, acc, ivs, released in zip(derived.rows, derived.accuracy, derived.intervals,
+                                       first.intervals, strict=True):
+        low, high = ivs[col]
+        assert 0 <= low <= row[col] <= high <= 500000
+        assert acc[col] == max(row[col] - low, high - row[col])
+        # wider than the same arithmetic on the released 1 - alpha intervals: each
+        # statistic is taken at alpha/2 (the union bound over the two)
+        (s_lo, s_hi), (n_lo, n_hi) = released[total], released[count]
+        corners = [s / max(n, 1) for s in (s_lo, s_hi) for n in (n_lo, n_hi)]
+        assert low <= min(corners) and high > max(corners)  # low may be cut at 0
+    assert derived.noisy_columns[col]
+
+
+def test_avg_with_other_released_columns_and_post_processing(pums_file, tmp_path,
+                                                             monkeypatch):
+    conn = _conn(pums_file, tmp_path)
+    first = conn.execute("SELECT sex, COUNT(*) AS n, SUM(income) AS s, SUM(age) "
+                         "FROM pums GROUP BY sex", epsilon=0.5)
+    _no_backend(conn, monkeypatch)
+    derived = conn.execute("SELECT sex, AVG(age), COUNT(*) AS n, AVG(income) AS m FROM pums "
+                           "GROUP BY sex HAVING m > -1 ORDER BY AVG(age) DESC LIMIT 1",
+                           epsilon=0.5)
+    assert derived.cost == (0.0, 0.0)
+    assert derived.columns == ["sex", "AVG(age)", "n", "m"]
+    ages = _avg_of(first, 3, 1, 0, 100)
+    best = max(range(len(first.rows)), key=lambda i: ages[i])
+    row = first.rows[best]
+    assert derived.rows == [(row[0], ages[best], row[1], _avg_of(first, 2, 1)[best])]
+    # the copied count keeps its released error bar
+    assert derived.accuracy[0][2] == first.accuracy[best][1]
+    assert derived.intervals[0][2] == first.intervals[best][1]
+
+
+@pytest.mark.parametrize(("first_sql", "then", "kwargs"), [
+    # another WHERE, another GROUP BY: other rows were summed
+    (SUMS, "SELECT sex, AVG(income) FROM pums WHERE age > 30 GROUP BY sex", {}),
+    (SUMS.replace("sex", "race"), "SELECT race, AVG(income) FROM pums GROUP BY race, sex",
+     {}),
+    ("SELECT sex, SUM(income) AS s, COUNT(*) FROM pums WHERE age > 30 GROUP BY sex", AVGS,
+     {}),
+    # the SUM or the COUNT of something else
+    ("SELECT sex, SUM(age), COUNT(*) FROM pums GROUP BY sex", AVGS, {}),
+    ("SELECT sex, SUM(income), COUNT(age) FROM pums GROUP BY sex",
+     "SELECT sex, AVG(income) FROM pums GROUP BY sex", {"nullable": "age"}),
+    ("SELECT sex, SUM(income) FROM pums GROUP BY sex", AVGS, {}),
+    ("SELECT sex, SUM(income * 2), COUNT(*) FROM pums GROUP BY sex", AVGS, {}),
+    # COUNT(*) counts rows whose income is NULL: not AVG's denominator
+    ("SELECT sex, SUM(income), COUNT(*) FROM pums GROUP BY sex", AVGS,
+     {"nullable": "income"}),
+    # another epsilon, contribution bound, confidence
+    (SUMS, AVGS, {"epsilon": 0.25}),
+    (SUMS, AVGS, {"max_rows": 2}),
+    (SUMS, AVGS, {"alpha": 0.1}),
+    # the first answer kept only some groups
+    (f"{SUMS} LIMIT 1", AVGS, {}),
+    (f"{SUMS} HAVING n > 0", AVGS, {}),
+    # an item that was not released; AVG(DISTINCT)
+    (SUMS, "SELECT sex, AVG(income), MAX(age) FROM pums GROUP BY sex", {}),
+    (SUMS, "SELECT sex, AVG(DISTINCT income) FROM pums GROUP BY sex", {}),
+])
+def test_avg_from_another_frame_or_key_is_charged(pums_file, tmp_path, first_sql, then,
+                                                  kwargs):
+    from dpsql.answer_avg import AVG_NOTE
+
+    kwargs = dict(kwargs)
+    catalog = _catalog(tmp_path)
+    nullable = kwargs.pop("nullable", None)
+    if nullable:
+        catalog["tables"]["pums"]["columns"][nullable]["nullable"] = True
+    conn = _conn(pums_file, tmp_path, catalog=catalog)
+    conn.execute(first_sql, epsilon=0.5)
+    eps = kwargs.pop("epsilon", 0.5)
+    spent = conn.budget.spent[0]
+    if "DISTINCT" in then:  # refused afresh, uncharged: not derived either
+        with pytest.raises(dpsql.DpsqlError, match="DISTINCT"):
+            conn.execute(then, epsilon=eps, **kwargs)
+        assert conn.budget.spent[0] == spent
+        return
+    again = conn.execute(then, epsilon=eps, **kwargs)
+    assert again.cost[0] == eps and AVG_NOTE not in again.notes
+
+
+def test_avg_needs_one_row_per_user(pums_file, tmp_path):
+    """pums_dup has 1-4 rows per person: SUM adds all of a person's clamped rows where
+    COUNT keeps max_rows of them, so SUM / COUNT is not the AVG dpsql answers."""
+    from dpsql.answer_avg import AVG_NOTE
+
+    with open(catalog_path("pums_dup")) as f:
+        catalog = yaml.safe_load(f)
+    catalog.pop("budget", None)
+    conn = _conn(pums_file, tmp_path, catalog=catalog)
+    conn.execute(SUMS.replace("pums", "pums_dup"), epsilon=0.5)
+    again = conn.execute(AVGS.replace("pums", "pums_dup"), epsilon=0.5)
+    assert again.cost == (0.5, 0.0) and AVG_NOTE not in again.notes
+
+
+def test_avg_is_per_analyst(pums_file, tmp_path):
+    with _conn(pums_file, tmp_path, analyst="alice") as conn:
+        conn.execute(SUMS, epsilon=0.5)
+    with _conn(pums_file, tmp_path, analyst="bob") as conn:
+        assert conn.execute(AVGS, epsilon=0.5).cost == (0.5, 0.0)
+
+
+def test_avg_is_a_function_of_the_released_answer_only(pums_file, tmp_path, monkeypatch):
+    """Neighbour test: once the SUM and COUNT are released, the database with one
+    person fewer gives bit for bit the same AVG, without the data."""
+    import duckdb
+
+    with _conn(pums_file, tmp_path) as conn:
+        conn.execute(SUMS, epsilon=0.5)
+        _no_backend(conn, monkeypatch)
+        first = conn.execute(AVGS, epsilon=0.5)
+    with duckdb.connect(str(pums_file)) as db:  # the neighbour: one person removed
+        db.execute("DELETE FROM pums WHERE pid = (SELECT MIN(pid) FROM pums)")
+        assert db.execute("SELECT COUNT(*) FROM pums").fetchone()[0] == 999
+    with _conn(pums_file, tmp_path) as conn:
+        _no_backend(conn, monkeypatch)
+        second = conn.execute(AVGS, epsilon=0.5)
+        with pytest.raises(Exception, match="internal"):  # anything else needs the data
+            conn.execute("SELECT sex, AVG(income) FROM pums WHERE age > 0 GROUP BY sex",
+                         epsilon=0.5)
+    assert first.cost == second.cost == (0.0, 0.0)
+    assert _bits(first.rows) == _bits(second.rows) and first.intervals == second.intervals
+    assert first.accuracy == second.accuracy and first.notes == second.notes
+
+
+def test_avg_cells_at_the_edges():
+    """A released count at or below 0 is read as 1 (the value stays in the bounds, the
+    interval holds it); a NULL gives a NULL without an error bar; the interval holds the
+    true mean whenever the true sum and count lie within their half-widths."""
+    import random
+
+    from dpsql.answer_avg import _Ratio, avg_cell
+
+    r = _Ratio(0, 1, h_total=3000.0, h_count=12.0, total_range=(0.0, math.inf),
+               count_range=(0.0, math.inf), lower=0.0, upper=500.0)
+    value, width, (low, high) = avg_cell(r, 2000.0, 0)
+    assert value == 500.0 and 0 <= low <= value <= high <= 500 and width == value - low
+    assert avg_cell(r, None, 10) == (None, None, None)
+    assert avg_cell(r, 10.0, None) == (None, None, None)
+    assert avg_cell(r, 10.0, float("nan")) == (None, None, None)
+    rng = random.Random(7)
+    for _ in range(2000):
+        n = rng.randint(1, 60)
+        s = sum(rng.uniform(0, 500) for _ in range(n))
+        total = max(s + rng.uniform(-r.h_total, r.h_total), 0.0)  # released: consistent
+        count = max(round(n + rng.uniform(-r.h_count, r.h_count)), 0)
+        value, _, (low, high) = avg_cell(r, total, count)
+        assert low - 1e-9 <= s / n <= high + 1e-9 and low <= value <= high
+
+
+def test_pointers_are_not_answers_and_are_checked(pums_file, tmp_path):
+    conn = _conn(pums_file, tmp_path)
+    conn.execute(SUMS, epsilon=0.5)
+    with sqlite3.connect(tmp_path / "ledger.sqlite") as db:
+        keys = [k for (k,) in db.execute("SELECT key FROM answers")]
+        assert sum(k.startswith("core:frame:") for k in keys) == 1 and len(keys) == 3
+        db.execute("UPDATE answers SET answer = '{\"sql\": \"SELECT 1\"}' "
+                   "WHERE key LIKE 'core:frame:%'")
+    assert len(conn._answers) == 1
+    with pytest.raises(dpsql.errors.LedgerError, match="fails its check"):
+        conn.execute(AVGS, epsilon=0.5)
+    assert clear(ledger_of(conn)) == 1
