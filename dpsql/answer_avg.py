@@ -145,6 +145,38 @@ def match(items, cached_items) -> list | None:
     return out
 
 
+def same_relation(a: Plan, b: Plan) -> bool:
+    """Whether two analysed plans group the same rows the same way: the same FROM and
+    joins, WHERE, group keys (expressions and public domains, in order), released
+    combinations, partition selection and contribution bounds.
+
+    Compared on the analysed plans, not on the text: ``GROUP BY ALL``, ``GROUP BY 1``
+    and a select alias in GROUP BY or WHERE take their meaning from the select list,
+    which differs between the two queries.
+    """
+    def relation(p: Plan):
+        first, joins = p.scope.from_clause()
+        tree = exp.select("1").from_(first)
+        for join in joins:
+            tree.append("joins", join)
+        return (tree.sql(dialect="duckdb"),
+                None if p.where is None else p.where.sql(dialect="duckdb"),
+                [(k.expr.sql(dialect="duckdb"), k.domain) for k in p.keys],
+                p.groups, _selection(p), p.max_groups, p.max_rows, p.bound_groups,
+                p.one_row_per_user, p.uid and p.uid.sql(dialect="duckdb"))
+
+    try:
+        return relation(a) == relation(b)
+    except Exception:  # noqa: BLE001 - not comparable: not derived, answered afresh
+        return False
+
+
+def _selection(p: Plan):
+    s = p.selection
+    return None if s is None else (type(s).__name__, s.epsilon, s.delta, s.max_groups,
+                                   s.threshold)
+
+
 def matches_split(plan: Plan, cached: Result) -> bool:
     """Whether ``plan`` is the one ``cached`` was answered with: the same statistics,
     shares and noise scales (so its half-widths are those of the released noise)."""

@@ -8,7 +8,7 @@ import dataclasses
 
 from dpsql import stages
 from dpsql.accuracy import selection_note
-from dpsql.answer_avg import derive_avg, has_avg
+from dpsql.answer_avg import derive_avg, has_avg, match, same_relation
 from dpsql.answer_cache import CORE_PREFIX, FRAME_PREFIX
 from dpsql.answer_derive import DERIVED_NOTE, Derivation, derive, split
 from dpsql.answering import asymmetry_notes, internal_error, split_table
@@ -24,6 +24,12 @@ from dpsql.parse import parse
 from dpsql.plan_cache import Prepared, plan_key, typed
 from dpsql.postprocess import postprocess
 from dpsql.result import Result
+
+#: At most this many cached answers' plans are looked at (analysed, if need be) for one
+#: AVG query: the free path's work stays bounded whatever the cache holds.
+_ANALYSED = 2
+#: Plans of cached answers kept per connection for the AVG path (analysis reads no data).
+_PLANS_KEPT = 64
 
 
 class Answering:
@@ -133,31 +139,52 @@ class Answering:
                     return derived, None
         frame_key = derivation.frame and self._answer_key(ask, "frame:" + derivation.frame)
         frame_key = frame_key and FRAME_PREFIX + frame_key
-        if has_avg(derivation.items):
-            derived = self._from_sum_and_count(ask, derivation, frame_key)
-            if derived is not None:
-                return derived, None
+        ask.frame_key = frame_key
         if not derivation.whole:
             return None, None
-        ask.frame_key = frame_key
         return None, core_key
 
+    def _averaged(self, ask: Ask, prepared: Prepared) -> Result | None:
+        """The AVG query answered free from a cached SUM and COUNT
+        (:mod:`dpsql.answer_avg`), or None.
+
+        Asked only once the AVG query's own plan is checked (``prepared``): it was
+        refused as a fresh query would be (limits, names, budget), and the cached
+        answer's plan must have the same relation (:func:`dpsql.answer_avg.same_relation`:
+        the frame's text alone misses ``GROUP BY ALL``, positions and aliases, whose
+        meaning comes from the select list).
+        """
+        if self._answers is None or ask.keyed is None or ask.frame_key is None:
+            return None
+        derivation = split(ask.sql)
+        if derivation is None or not has_avg(derivation.items):
+            return None
+        return self._from_sum_and_count(ask, derivation, prepared.plan)
+
     def _from_sum_and_count(self, ask: Ask, derivation: Derivation,
-                            frame_key: str | None) -> Result | None:
+                            avg_plan) -> Result | None:
         """The AVG query answered from a cached answer's SUM and COUNT over the same
         frame (:mod:`dpsql.answer_avg`), then filtered and ordered as it says; None."""
-        for sql in self._answers.pointers(frame_key, self._dataset, self._analyst):
+        analysed = 0
+        for sql in self._answers.pointers(ask.frame_key, self._dataset, self._analyst):
             other = split(sql)
             if other is None or other.frame != derivation.frame or not other.whole:
+                continue
+            # the text match first: it is cheap, and most pointers fail it
+            if match(derivation.items, other.items) is None:
                 continue
             core_key = self._answer_key(ask, "core:" + other.core)
             cached = self._answers.get(core_key and CORE_PREFIX + core_key, self._dataset,
                                        self._analyst)
             if cached is None:
                 continue
+            if analysed == _ANALYSED:  # bounded work per query, whatever the cache holds
+                return None
+            analysed += 1
             plan = self._plan_of(ask, sql)
-            derived = None if plan is None else derive_avg(cached, plan, derivation.items,
-                                                          other.items)
+            if plan is None or not same_relation(plan, avg_plan):
+                continue
+            derived = derive_avg(cached, plan, derivation.items, other.items)
             if derived is not None and derivation.post:
                 derived = derive(derived, derivation, self._catalog.limits)
                 if derived is not None:  # the AVG note says what was done
@@ -176,6 +203,10 @@ class Answering:
         prepared = self._plans.get(key)
         if prepared is not None:
             return prepared.plan
+        memo = self._averaged_plans
+        if key in memo:
+            memo.move_to_end(key)
+            return memo[key]
         try:
             epsilon, delta, max_groups, max_rows = query_options(
                 ask.options, ask.epsilon, ask.delta, ask.max_groups, ask.max_rows)
@@ -183,5 +214,8 @@ class Answering:
             plan, _, _ = self._prepare(tree, epsilon, delta, max_groups, max_rows,
                                        ask.mechanism, ask.bias_check)
         except Exception:  # noqa: BLE001 - not derived; the query is answered afresh
-            return None
+            plan = None
+        memo[key] = plan
+        if len(memo) > _PLANS_KEPT:
+            memo.popitem(last=False)
         return plan

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import getpass
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -213,6 +214,7 @@ class Connection(Explaining, Answering):
         self._unique_cache: dict[str, set[tuple[str, ...]]] = {}
         self._catalog_fp = catalog_fingerprint(self._catalog)
         self._plans = PlanCache(CAPACITY if plan_cache else 0)
+        self._averaged_plans: OrderedDict = OrderedDict()  # answer_flow._plan_of
         self._seen_schema: Any = None
         try:
             if answer_cache is None:
@@ -316,6 +318,9 @@ class Connection(Explaining, Answering):
             found = self._cached(ask) or self._prepared(ask)
             if isinstance(found, Result):  # a cached answer, or a client's schema probe
                 return found
+            averaged = self._averaged(ask, found)
+            if averaged is not None:  # from a cached SUM and COUNT, checked as if fresh
+                return averaged
         except DpsqlError as exc:
             self._ledger.refuse(self._dataset, self._analyst, ask.text,
                                 f"{type(exc).__name__}: {exc}")

@@ -447,6 +447,14 @@ def test_avg_with_other_released_columns_and_post_processing(pums_file, tmp_path
     # an item that was not released; AVG(DISTINCT)
     (SUMS, "SELECT sex, AVG(income), MAX(age) FROM pums GROUP BY sex", {}),
     (SUMS, "SELECT sex, AVG(DISTINCT income) FROM pums GROUP BY sex", {}),
+    # attack review: groupings whose meaning comes from the select list share the
+    # frame's text (the relation is compared on the analysed plans)
+    ("SELECT sex, race, SUM(income) AS s, COUNT(income) AS n FROM pums GROUP BY ALL",
+     "SELECT sex, AVG(income) AS a FROM pums GROUP BY ALL", {}),
+    ("SELECT race, sex, SUM(income), COUNT(income) FROM pums GROUP BY 1, 2",
+     "SELECT sex, sex, AVG(income) AS a FROM pums GROUP BY 1, 2", {}),
+    ("SELECT sex, race AS g, SUM(income) AS s, COUNT(income) AS n FROM pums "
+     "GROUP BY sex, g", "SELECT sex AS g, AVG(income) AS a FROM pums GROUP BY sex, g", {}),
 ])
 def test_avg_from_another_frame_or_key_is_charged(pums_file, tmp_path, first_sql, then,
                                                   kwargs):
@@ -551,3 +559,44 @@ def test_pointers_are_not_answers_and_are_checked(pums_file, tmp_path):
     with pytest.raises(dpsql.errors.LedgerError, match="fails its check"):
         conn.execute(AVGS, epsilon=0.5)
     assert clear(ledger_of(conn)) == 1
+
+
+def test_the_avg_query_is_checked_as_a_fresh_one(pums_file, tmp_path, monkeypatch):
+    """Attack review: the free path answered an AVG query the fresh path refuses (an
+    unknown name; a query over the size limits)."""
+    conn = _conn(pums_file, tmp_path)
+    conn.execute("SELECT age > 50 AS g, SUM(income), COUNT(income) FROM pums GROUP BY g",
+                 epsilon=0.5)
+    conn.execute(SUMS, epsilon=0.5)
+    spent = conn.budget.spent[0]
+    with pytest.raises(dpsql.UnknownColumnError):
+        conn.execute("SELECT AVG(income) FROM pums GROUP BY g", epsilon=0.5)
+    many = ", ".join(["AVG(income)"] * 2000)
+    with pytest.raises(dpsql.DpsqlError, match="limit"):
+        conn.execute(f"SELECT sex, {many} FROM pums GROUP BY sex", epsilon=0.5)
+    assert conn.budget.spent[0] == spent
+
+
+def test_the_free_path_analyses_a_bounded_number_of_plans(pums_file, tmp_path,
+                                                          monkeypatch):
+    """Attack review: every stored pointer of a frame was re-analysed per AVG query."""
+    import dpsql.answer_flow
+
+    conn = _conn(pums_file, tmp_path, plan_cache=False)
+    for i in range(6):
+        conn.execute(f"SELECT sex, SUM(income), COUNT(income), SUM(age) + {i} "
+                     "FROM pums GROUP BY sex", epsilon=0.5)
+    analysed = []
+    real = dpsql.answer_flow.Answering._plan_of
+
+    def counted(self, ask, sql):
+        analysed.append(sql)
+        return real(self, ask, sql)
+
+    monkeypatch.setattr(dpsql.answer_flow.Answering, "_plan_of", counted)
+    for _ in range(3):  # none supplies MAX(age): matched on the text, never analysed
+        conn.execute("SELECT sex, AVG(income), MAX(age) FROM pums GROUP BY sex",
+                     epsilon=0.5)
+    assert analysed == []
+    conn.execute("SELECT sex, AVG(age) FROM pums WHERE age > 1 GROUP BY sex", epsilon=0.5)
+    assert len(analysed) <= dpsql.answer_flow._ANALYSED
