@@ -144,22 +144,23 @@ class Answering:
             return None, None
         return None, core_key
 
-    def _averaged(self, ask: Ask, prepared: Prepared) -> Result | None:
+    def _averaged(self, ask: Ask, found: Prepared | Result) -> Prepared | Result:
         """The AVG query answered free from a cached SUM and COUNT
-        (:mod:`dpsql.answer_avg`), or None.
+        (:mod:`dpsql.answer_avg`), else ``found`` as it is.
 
-        Asked only once the AVG query's own plan is checked (``prepared``): it was
+        Asked only once the AVG query's own plan is checked (``found``): it was
         refused as a fresh query would be (limits, names, budget), and the cached
         answer's plan must have the same relation (:func:`dpsql.answer_avg.same_relation`:
         the frame's text alone misses ``GROUP BY ALL``, positions and aliases, whose
         meaning comes from the select list).
         """
-        if self._answers is None or ask.keyed is None or ask.frame_key is None:
-            return None
+        if isinstance(found, Result) or self._answers is None or ask.keyed is None \
+                or ask.frame_key is None:
+            return found
         derivation = split(ask.sql)
         if derivation is None or not has_avg(derivation.items):
-            return None
-        return self._from_sum_and_count(ask, derivation, prepared.plan)
+            return found
+        return self._from_sum_and_count(ask, derivation, found.plan) or found
 
     def _from_sum_and_count(self, ask: Ask, derivation: Derivation,
                             avg_plan) -> Result | None:

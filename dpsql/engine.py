@@ -315,12 +315,11 @@ class Connection(Explaining, Answering):
                    mechanism=mechanism)
         try:
             self._read(ask, sql, params, alpha, intervals, bias_check)
-            found = self._cached(ask) or self._prepared(ask)
-            if isinstance(found, Result):  # a cached answer, or a client's schema probe
+            # a cached answer, a client's schema probe, an AVG from a cached SUM and
+            # COUNT (once the query is checked as if fresh), or the plan to charge
+            found = self._averaged(ask, self._cached(ask) or self._prepared(ask))
+            if isinstance(found, Result):
                 return found
-            averaged = self._averaged(ask, found)
-            if averaged is not None:  # from a cached SUM and COUNT, checked as if fresh
-                return averaged
         except DpsqlError as exc:
             self._ledger.refuse(self._dataset, self._analyst, ask.text,
                                 f"{type(exc).__name__}: {exc}")
