@@ -315,8 +315,7 @@ class Connection(Explaining, Answering):
                    mechanism=mechanism)
         try:
             self._read(ask, sql, params, alpha, intervals, bias_check)
-            # a cached answer, a client's schema probe, an AVG from a cached SUM and
-            # COUNT (once the query is checked as if fresh), or the plan to charge
+            # a cached answer, a schema probe, an AVG from a cached SUM and COUNT, a plan
             found = self._averaged(ask, self._cached(ask) or self._prepared(ask))
             if isinstance(found, Result):
                 return found
