@@ -29,7 +29,7 @@ exclude each other with a clear error, never a stale read.
 One statement, bound not executed: every SQL text is first split by DuckDB's own parser
 (``extract_statements``) and must be exactly one SELECT. The pre-charge check binds that
 one statement into a lazy relation (names and types, nothing runs) and plans it
-(``EXPLAIN`` of the bound relation: constant folding, nothing runs); only ``execute``
+(``EXPLAIN`` of that statement: constant folding, nothing runs); only ``execute``
 runs it, on a worker thread that dpsql interrupts at the owner's statement timeout
 (``limits: statement_timeout_seconds``) or on Ctrl-C. Engine error texts go to
 the owner's log (:mod:`dpsql.backends._boundary`), never to the analyst.
@@ -344,8 +344,11 @@ class DuckDBBackend(Backend):
                 schema = [(name, str(dtype))
                           for name, dtype in zip(relation.columns, relation.types, strict=True)]
                 # planning folds constants (a literal the type cannot hold fails here,
-                # free); EXPLAIN of the bound relation runs nothing
-                relation.explain()
+                # free); EXPLAIN runs nothing. The statement's own text (DuckDB split it:
+                # one SELECT) after the keyword, as relation.explain() writes it, but in
+                # JSON: the same planning, rendered in about half the time of the text
+                # boxes (and without rendering the relation back to SQL first)
+                self._con.execute("EXPLAIN (FORMAT json) " + statement.query).fetchall()
             except duckdb.Error as exc:
                 failure = exc
             else:
