@@ -344,10 +344,10 @@ class DuckDBBackend(Backend):
                 schema = [(name, str(dtype))
                           for name, dtype in zip(relation.columns, relation.types, strict=True)]
                 # planning folds constants (a literal the type cannot hold fails here,
-                # free); EXPLAIN runs nothing. The statement's own text (DuckDB split it:
-                # one SELECT) after the keyword, as relation.explain() writes it, but in
-                # JSON: the same planning, rendered in about half the time of the text
-                # boxes (and without rendering the relation back to SQL first)
+                # free); EXPLAIN runs nothing. It plans the split statement's own text
+                # (one SELECT), exactly what execute runs (relation.explain() planned it
+                # wrapped in SELECT * FROM (...)), and writes the plan as JSON: the
+                # same planning in about half the time of the text boxes
                 self._con.execute("EXPLAIN (FORMAT json) " + statement.query).fetchall()
             except duckdb.Error as exc:
                 failure = exc
