@@ -11,7 +11,11 @@ whole call minus the backend's execution. Reported: the median over the mix of e
 query's median, per stage and in total, three ways: the plan cache on (the first
 asking of each query, which fills it, is left out), the plan cache off, and answer
 cache hits (the same query asked again, answered from the ledger), and the plan
-cache on with an in-memory ledger (the engine without the disk's commits). Nothing is patched:
+cache on with an in-memory ledger (the engine without the disk's commits), and *never
+seen*: the plan cache off and every asking a text the connection has not seen before
+(the query with one more space after its ``SELECT`` each time: the same work, but the
+plan cache, the L0 seed (:func:`dpsql.asking.l0_seed`) and so the final SQL, and every
+memo keyed by that SQL's text, all new), with the ledger file. Nothing is patched:
 the clock is dpsql's own opt-in instrument.
 """
 
@@ -45,19 +49,29 @@ def _connect(folder: Path, plan_cache: bool, answer_cache: bool, name: str):
                          analyst="bench", plan_cache=plan_cache, answer_cache=answer_cache)
 
 
-def _mode(folder: Path, runs: int, plan_cache: bool, answer_cache: bool, name: str) -> dict:
-    """Per query: median total, own and per-stage milliseconds over ``runs`` askings."""
+def _unseen(sql: str, i: int) -> str:
+    """``sql`` with ``i`` more spaces after its first ``SELECT``: another text, the
+    same query."""
+    head, rest = sql.split("SELECT", 1)
+    return head + "SELECT" + " " * i + rest
+
+
+def _mode(folder: Path, runs: int, plan_cache: bool, answer_cache: bool, name: str,
+          unseen: bool = False) -> dict:
+    """Per query: median total, own and per-stage milliseconds over ``runs`` askings
+    (``unseen``: each asking a text not asked before)."""
     per_query = {}
     with _connect(folder, plan_cache, answer_cache, name) as conn:
         for q in PUMS:
             # the first asking fills the caches (and warms DuckDB): not measured
             conn.execute(q.sql, epsilon=EPSILON, delta=q.delta)
             totals, own, cpu, by_stage = [], [], [], {s: [] for s in stages.STAGES}
-            for _ in range(runs):
+            for i in range(runs):
+                sql = _unseen(q.sql, i + 1) if unseen else q.sql
                 with stages.timing() as clock:
                     c = time.thread_time()
                     t = time.perf_counter()
-                    conn.execute(q.sql, epsilon=EPSILON, delta=q.delta)
+                    conn.execute(sql, epsilon=EPSILON, delta=q.delta)
                     elapsed = time.perf_counter() - t
                     cpu.append(time.thread_time() - c)
                 totals.append(elapsed)
@@ -96,6 +110,7 @@ def run(runs: int = 40, folder: Path | None = None) -> dict:
             "plan_cache_off": _mode(folder, runs, False, False, "off"),
             "memory_ledger": _mode(folder, runs, True, False, "memory"),
             "answer_cache_hit": _mode(folder, runs, True, True, "answers"),
+            "never_seen": _mode(folder, runs, False, False, "unseen", unseen=True),
         }
         out["load_average"] = [start, os.getloadavg()[0]]
         return out
@@ -104,7 +119,9 @@ def run(runs: int = 40, folder: Path | None = None) -> dict:
 def markdown(results: dict) -> str:
     """The results as a markdown section."""
     modes = (("plan cache on", "plan_cache_on"), ("plan cache off", "plan_cache_off"),
-             ("on, ledger in memory", "memory_ledger"), ("answer cache hit", "answer_cache_hit"))
+             ("on, ledger in memory", "memory_ledger"), ("answer cache hit", "answer_cache_hit"),
+             ("off, never-seen text", "never_seen"))
+    modes = tuple(m for m in modes if m[1] in results)  # reports from before never_seen
     lines = [
         "## The engine's own time per query",
         "",
@@ -114,7 +131,10 @@ def markdown(results: dict) -> str:
         "(ms). *Own* is everything but the backend's execution. *Ledger in memory*: the "
         "same with an in-memory ledger, which shows what the file ledger's durable commits "
         "(two fsynced transactions a query: the charge, then the outcome) cost on this "
-        "machine's disk. *Own CPU*: the calling thread's CPU time (the backend runs on "
+        "machine's disk. *Never seen*: the plan cache off, each asking a text not asked "
+        "before (one more space after `SELECT`), so no memo keyed by the query's or the "
+        "final SQL's text helps. *Own CPU*: the calling thread's CPU "
+        "time (the backend runs on "
         "another thread), which waits for the disk or for a busy machine do not inflate. "
         "Target (issue 23): own ≤ 2 ms with the plan cache, ≤ 5 ms without. Load average "
         + "{:.1f} at the start, {:.1f} at the end (on {} cores).".format(

@@ -4,6 +4,7 @@ over the arguments, and the text the plan and answer caches key on."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,3 +85,44 @@ def switch(value, name: str) -> bool:
     if not isinstance(value, bool):
         raise PrivacyParameterError(f"{name} must be True or False, got {type(value).__name__}")
     return value
+
+
+def l0_seed(secret: bytes, keyed: str | None) -> int | None:
+    """The L0 sampling seed of a query: the connection's secret hashed with its key text.
+
+    The seed orders each user's groups (and distinct values) in the L0 step
+    (:mod:`dpsql.rewrite.bound_groups`); it is written into the final SQL as a literal.
+    A fresh random seed per asking made every final text new, so every memo keyed by
+    that text (the output check's, DuckDB's bind and plan check, the probes' types)
+    missed on every asking; this seed is the same each time one connection asks one
+    query, and a plan from the plan cache keeps its seed anyway
+    (:mod:`dpsql.plan_cache`).
+
+    Why it is sound (the seed need be neither secret nor fresh): the L0 step keeps, for
+    each user, groups chosen by a function of that user's own rows and the seed only.
+    For *every* fixed seed, adding or removing one user therefore changes that user's
+    contributions only, and the statistics' sensitivity is the one the analysis
+    declared; the noise, drawn fresh on every run, makes each run (ε, δ)-DP for each
+    fixed seed, hence for any seed chosen without looking at the data. This one is a
+    function of a random per-connection secret and the query's text (which the analyst
+    wrote without the data), never of the data, so the argument holds even for an
+    analyst who knew the seed. Repeated runs compose in the ledger as before: each is
+    DP conditional on the seed, which is independent of the data. The secret keeps the
+    choice from being the same for every connection, so a bias of one choice of groups
+    does not repeat in every session.
+
+    Args:
+        secret: the connection's random secret (32 bytes, drawn when it opened).
+        keyed: the caches' key text of the query (:attr:`Ask.keyed`: the SQL with its
+            parameters bound, its options and arguments), or None when the query is not
+            cached (it reads the clock, or is not text): then None, and the analysis
+            draws a fresh random seed.
+
+    Returns:
+        A seed in [0, 2**31), like the analysis's own random draw, or None.
+    """
+    if keyed is None:
+        return None
+    digest = hashlib.blake2b(keyed.encode("utf-8", "surrogatepass"), key=secret,
+                             digest_size=8, person=b"dpsql-l0-seed").digest()
+    return int.from_bytes(digest, "big") >> 33

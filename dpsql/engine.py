@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import getpass
 import logging
+import secrets
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,7 +37,7 @@ from dpsql.answering import (
     interrupted,
     statistic_types,
 )
-from dpsql.asking import CLOCK, Ask, lift_and_bind, query_options, switch
+from dpsql.asking import CLOCK, Ask, l0_seed, lift_and_bind, query_options, switch
 from dpsql.backends import Backend, open_backend
 from dpsql.bias import bias_query
 from dpsql.catalog import Catalog, Table, load_catalog
@@ -216,6 +217,8 @@ class Connection(Explaining, Answering):
         self._plans = PlanCache(CAPACITY if plan_cache else 0)
         self._averaged_plans: OrderedDict = OrderedDict()  # answer_flow._plan_of
         self._seen_schema: Any = None
+        # the L0 step's seeds: this secret hashed with each query's text (l0_seed)
+        self._seed_secret = secrets.token_bytes(32)
         try:
             if answer_cache is None:
                 answer_cache = self._catalog.answer_cache
@@ -383,8 +386,9 @@ class Connection(Explaining, Answering):
         epsilon, delta, max_groups, max_rows = query_options(
             ask.options, ask.epsilon, ask.delta, ask.max_groups, ask.max_rows)
         stages.mark("options")
-        plan, expression, backend = self._prepare(tree, epsilon, delta, max_groups,
-                                                  max_rows, ask.mechanism, ask.bias_check)
+        plan, expression, backend = self._prepare(
+            tree, epsilon, delta, max_groups, max_rows, ask.mechanism, ask.bias_check,
+            seed=l0_seed(self._seed_secret, ask.keyed))
         # a query that cannot fit is refused before the engine binds it (fast); the
         # charge still decides atomically
         reason = self.budget.refusal(plan.charge)
@@ -487,7 +491,7 @@ class Connection(Explaining, Answering):
         return float(alpha)
 
     def _prepare(self, sql, epsilon, delta, max_groups, max_rows, mechanism=None,
-                 bias_check=False):
+                 bias_check=False, seed=None):
         backend = self._backend
         if backend is None:
             raise DpsqlError("connection is closed")
@@ -503,7 +507,8 @@ class Connection(Explaining, Answering):
         plan = analyze(select, self._catalog, epsilon, delta, max_groups, max_rows,
                        mechanism=mechanism or self._mechanism,
                        unique=lambda t, c: self._catalog.has_table(t)
-                       and (c,) in self._unique(backend, t), bias_check=bias_check)
+                       and (c,) in self._unique(backend, t), bias_check=bias_check,
+                       seed=seed)
         for source in plan.scope.sources:
             for table in source.reads if source.derived is not None else [source.table]:
                 self._check_schema(table, backend)

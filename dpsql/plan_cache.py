@@ -32,9 +32,11 @@ Soundness (why a hit answers exactly as a fresh analysis would):
   charge, atomically, on every query; the confidence level ``alpha`` only shapes the
   error bars computed after the noise.
 * **Randomness.** A cached plan keeps its L0 sampling seed (a literal in its SQL), so
-  repeated queries keep the same groups per user. Each query stays (ε, δ)-DP: the seed
-  is drawn independently of the data, and bounding with any fixed, data-independent
-  seed has the declared sensitivity; the noise is fresh on every run.
+  repeated queries keep the same groups per user; without the cache the seed is the
+  same too (the connection's secret hashed with the query's text,
+  :func:`dpsql.asking.l0_seed`). Each query stays (ε, δ)-DP: the seed is chosen
+  independently of the data, and bounding with any fixed, data-independent seed has
+  the declared sensitivity; the noise is fresh on every run.
 """
 
 from __future__ import annotations

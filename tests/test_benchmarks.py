@@ -226,7 +226,8 @@ def test_tpch_floors_are_dpsqls_bounded_statistics():
 def test_overhead_reported(quick):
     out, results = quick
     o = results["overhead"]
-    for mode in ("plan_cache_on", "plan_cache_off", "memory_ledger", "answer_cache_hit"):
+    for mode in ("plan_cache_on", "plan_cache_off", "memory_ledger", "answer_cache_hit",
+                 "never_seen"):
         mix = o[mode]["mix"]
         assert mix["own_ms"] > 0 and math.isfinite(mix["own_ms"])
         assert mix["total_ms"] >= mix["own_ms"]

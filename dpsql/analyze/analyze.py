@@ -79,7 +79,8 @@ def analyze(
         delta: the query's total δ (0 <= δ < 1); needed when keys come from the data.
         max_groups: per-query override of the table's ``max_groups``.
         max_rows: per-query override of the table's ``max_rows``.
-        seed: seed of the L0 sampling order (tests); random by default.
+        seed: seed of the L0 sampling order (the engine: :func:`dpsql.asking.l0_seed`;
+            tests: a constant); random when None.
         mechanism: ``laplace`` (pure ε-DP statistics) or ``gaussian`` (zCDP; needs δ).
         unique: ``unique(table, column)`` tells whether the *database* guarantees the
             column unique (a PRIMARY KEY or UNIQUE constraint). When it does for the user
