@@ -75,6 +75,10 @@ CONFIG = {
 SPARES_ENV = "DPSQL_SCRATCH_SPARES"
 
 
+#: Used databases left for the background thread to close, at most.
+_BACKLOG = 4
+
+
 def _spares_wanted() -> int:
     try:
         return max(0, min(16, int(os.environ.get(SPARES_ENV, "2"))))
@@ -112,11 +116,13 @@ class _Spares:
     def discard(self, con: duckdb.DuckDBPyConnection) -> None:
         """Closes a used database, on the background thread when there is one."""
         with self.lock:
-            if self.thread is not None and not self.closed:
+            # a backlog the thread has not closed yet stays bounded: past it, the user
+            # closes its own (many uses at once would otherwise pile up memory)
+            if self.thread is not None and not self.closed and len(self.used) < _BACKLOG:
                 self.used.append(con)
                 self.lock.notify_all()
                 return
-        con.close()
+        _close(con)
 
     def _wake(self) -> None:
         if _spares_wanted() == 0 or self.closed:
