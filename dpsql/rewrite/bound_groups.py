@@ -28,7 +28,8 @@ complement: the two branches of ``__bounded`` split ``__per_user`` into users wi
 and users over the bound, with no row in both or in neither. No ``IS NULL`` test is
 written: it would be the identity on this table, and on DuckDB the former ``OR __uid
 IS NULL`` beside the semi-join (and ``NOT __uid IS NULL`` beside the anti-join) made
-the L0 step cost more than the whole per-user aggregate (TPC-H q1, sf1).
+the L0 step nearly double the query's time (TPC-H q1 at sf1 on one thread: 1.68 s,
+against 0.94 s for the same step without them and 0.92 s with no L0 step at all).
 
 When the public key domain has exactly ``max_groups + 1`` combinations, ``__over`` is
 found without the aggregate over all users: it is the users with a row at every
