@@ -7,13 +7,33 @@ clamped to ``max_rows`` rows' worth, and the user counted once. It is a hash
 aggregate, with no window over raw rows. Tables with ``row_privacy`` need no per-user
 step (each row is a user and its clamped value already is its partial).
 
-Rows whose user key is NULL belong to no user and are left out (``WHERE uid IS NOT
-NULL``). Grouped together they would form one pseudo-user of several people (rows the
-database stores without a key, and values a typed read maps to NULL, such as SQLite's
-``''`` in an INTEGER key): adding one person there changes which groups the
-pseudo-user keeps under ``max_groups``, and so moves another person's contribution, a
-change of two units where the noise covers one. Left out, such a person changes
-nothing.
+Rows whose user key is NULL belong to no user and are left out. Grouped together they
+would form one pseudo-user of several people (rows the database stores without a key,
+and values a typed read maps to NULL, such as SQLite's ``''`` in an INTEGER key):
+adding one person there changes which groups the pseudo-user keeps under
+``max_groups``, and so moves another person's contribution, a change of two units
+where the noise covers one. Left out, such a person changes nothing.
+
+They are left out after the grouping (``HAVING COUNT(uid) > 0``), not before it
+(``WHERE uid IS NOT NULL``), and the relation is the same. The CTE groups by the user
+key (and the keys), so all rows of a group share one user key: NULL in every row of a
+group or in none (GROUP BY puts the NULLs together, apart from every value). A group
+is never empty, so ``COUNT(uid)``, which counts the non-NULL values, is 0 exactly for
+the groups whose user key is NULL, and those groups are made of exactly the rows whose
+user key is NULL. Dropping them drops exactly what dropping those rows first would
+have dropped, and leaves every other group's rows, and so its aggregates, untouched.
+The aggregates of the dropped groups are computed and thrown away: they read the same
+row expressions as every other group, which the backend's totality proof covers for
+any row, so they cannot fail where the others would not.
+
+Why an aggregate: any test on the user key itself, in WHERE, in HAVING or in a query
+over the CTE, DuckDB pushes down into the scan of the table holding the key, where it
+changes the join's estimates and so its build side (TPC-H q6 at sf1: the hash table
+is built over all 1.5M orders instead of the 114k lineitem rows the WHERE leaves,
+about 2× the floor's time). A condition on an aggregate cannot be pushed below the
+aggregate, so the join runs as in the floor, which has no exclusion. Every later
+step relies on ``__per_user`` (and :func:`_distinct_values`' table) holding no NULL
+user id (:mod:`dpsql.rewrite.bound_groups`).
 """
 
 from __future__ import annotations
@@ -58,7 +78,16 @@ def _distinct_values(inner: exp.Select, value: exp.Expression, plan: Plan) -> ex
         out.append("joins", join.copy())
     if inner.args.get("where"):
         out.set("where", inner.args["where"].copy())
-    return out.group_by(plan.uid.copy(), *group, value.copy(), copy=False)
+    out = out.group_by(plan.uid.copy(), *group, value.copy(), copy=False)
+    # the same exclusion of NULL users as the per-user CTE (module docstring); HAVING
+    # runs before the window, so no rank is computed over a NULL user's values
+    return out.having(_known(plan), copy=False)
+
+
+def _known(plan: Plan) -> exp.Expression:
+    """``COUNT(uid) > 0``, in the HAVING of a grouping by ``uid``: the group belongs to a
+    user (its user key is not NULL; module docstring)."""
+    return exp.GT(this=exp.Count(this=plan.uid.copy()), expression=number(0))
 
 
 def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
@@ -73,10 +102,10 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
         pid AS __uid,
         LEAST(COUNT(*), 2) AS __s0
       FROM pums_dup
-      WHERE
-        NOT pid IS NULL
       GROUP BY
         pid
+      HAVING
+        COUNT(pid) > 0
     )
     SELECT
       SUM(__s0) AS __s0
@@ -112,17 +141,14 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
     inner.set("from_", expression.args["from_"].copy())
     for join in expression.args.get("joins") or []:
         inner.append("joins", join.copy())
-    # no user, no rows (see the module docstring)
-    known = exp.Not(this=exp.Is(this=plan.uid.copy(), expression=exp.Null()))
     where = expression.args.get("where")
     if where:
-        kept = where.this.copy()
-        kept = exp.paren(kept, copy=False) if isinstance(kept, exp.Or) else kept
-        known = exp.And(this=kept, expression=known)
-    inner.where(known, copy=False)
+        inner.set("where", where.copy())
     group = expression.args.get("group")
     keys = [k.copy() for k in group.expressions] if group else []
     inner = inner.group_by(plan.uid.copy(), *keys, copy=False)
+    # no user, no rows: the NULL user's groups dropped after grouping (module docstring)
+    inner = inner.having(_known(plan), copy=False)
     if not outer.expressions or all(e.alias_or_name.startswith("__k")
                                     for e in outer.expressions):
         outer = outer.select(exp.alias_(exp.Count(this=exp.Star()), "__rows"), copy=False)

@@ -55,3 +55,18 @@ def test_off_type_user_keys_are_left_out_sqlite(tmp_path, unkeyed):
     raw.commit()
     raw.close()
     assert _counts(f"sqlite:///{path}") == {"a": 50, "b": 50}
+
+
+def test_null_user_values_are_left_out_of_distinct_counts():
+    # a COUNT(DISTINCT col) reads its own per-user table of values
+    # (dpsql.rewrite.per_user_aggregate._distinct_values), with the same exclusion:
+    # the value only a keyless row holds must not be counted
+    con = duckdb.connect()
+    con.execute("CREATE TABLE acct (uid INTEGER, g VARCHAR)")
+    con.executemany("INSERT INTO acct VALUES (?, ?)", KEYED + [(None, "c"), (None, "d")])
+    conn = dpsql.connect(con, catalog=CATALOG, budget=(1e9, 0.5), ledger=":memory:")
+    try:
+        result = conn.execute("SELECT COUNT(DISTINCT g) AS n FROM acct", epsilon=1e5)
+    finally:
+        conn.close()
+    assert [round(v) for v in result.rows[0]] == [2]
