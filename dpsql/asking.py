@@ -87,6 +87,22 @@ def switch(value, name: str) -> bool:
     return value
 
 
+def key_parts(sql, options: dict, bias_check: bool) -> tuple[list[str], str | None]:
+    """What the caches key a query by, besides ε, δ and the connection's versions: the
+    typed options and switch (``Ask.rest``), and the key text (``Ask.keyed``: the SQL
+    with them; None for a query that reads the clock or is not text).
+
+    :meth:`dpsql.Connection.explain` reads the same text, so its L0 seed
+    (:func:`l0_seed`) and rewritten SQL are those ``execute`` runs.
+    """
+    from dpsql.plan_cache import typed
+
+    rest = [repr(sorted((k, typed(v)) for k, v in options.items())), repr(typed(bias_check))]
+    keyed = None if not isinstance(sql, str) or CLOCK.search(sql) \
+        else "\x00".join([sql, *rest])
+    return rest, keyed
+
+
 def l0_seed(secret: bytes, keyed: str | None) -> int | None:
     """The L0 sampling seed of a query: the connection's secret hashed with its key text.
 

@@ -37,7 +37,14 @@ from dpsql.answering import (
     interrupted,
     statistic_types,
 )
-from dpsql.asking import CLOCK, Ask, l0_seed, lift_and_bind, query_options, switch
+from dpsql.asking import (
+    Ask,
+    key_parts,
+    l0_seed,
+    lift_and_bind,
+    query_options,
+    switch,
+)
 from dpsql.backends import Backend, open_backend
 from dpsql.bias import bias_query
 from dpsql.catalog import Catalog, Table, load_catalog
@@ -72,7 +79,6 @@ from dpsql.plan_cache import (
     Prepared,
     catalog_fingerprint,
     plan_key,
-    typed,
 )
 from dpsql.postprocess import check_postprocess
 from dpsql.result import Result
@@ -361,10 +367,7 @@ class Connection(Explaining, Answering):
         # the caches' key: the text with its parameters bound as literals, the options
         # it carried and every argument, each typed (1, 1.0 and True apart) (None: not
         # cached; a query that reads the clock means another query tomorrow)
-        ask.rest = [repr(sorted((k, typed(v)) for k, v in ask.options.items())),
-                    repr(typed(ask.bias_check))]
-        ask.keyed = None if not isinstance(ask.sql, str) or CLOCK.search(ask.sql) \
-            else "\x00".join([ask.sql, *ask.rest])
+        ask.rest, ask.keyed = key_parts(ask.sql, ask.options, ask.bias_check)
         ask.version = self._schema_version()
 
     def _prepared(self, ask: Ask) -> Prepared | Result:

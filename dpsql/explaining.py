@@ -11,7 +11,7 @@ from typing import Any
 
 from dpsql.accuracy import predict_outputs, selection_summary
 from dpsql.answering import bias_cost_notes, internal_error, split_table
-from dpsql.asking import lift_and_bind, query_options, switch
+from dpsql.asking import key_parts, l0_seed, lift_and_bind, query_options, switch
 from dpsql.errors import (
     DpsqlError,
     PrivacyParameterError,
@@ -59,8 +59,11 @@ class Explaining:
             epsilon, delta, max_groups, max_rows = query_options(
                 options, epsilon, delta, max_groups, max_rows)
             bias_check = switch(options.get("bias_check", bias_check), "bias_check")
+            # the seed execute() would use, so the SQL shown is the SQL that runs
+            seed = l0_seed(self._seed_secret, key_parts(sql, options, bias_check)[1])
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups,
-                                                      max_rows, mechanism, bias_check)
+                                                      max_rows, mechanism, bias_check,
+                                                      seed=seed)
             sql_text = backend.to_sql(expression)
             statistics = split_table(plan, alpha)
             selection = selection_summary(plan, alpha)

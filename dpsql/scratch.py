@@ -118,19 +118,25 @@ class _Spares:
         with self.lock:
             # a backlog the thread has not closed yet stays bounded: past it, the user
             # closes its own (many uses at once would otherwise pile up memory)
-            if self.thread is not None and not self.closed and len(self.used) < _BACKLOG:
+            if self._alive() and len(self.used) < _BACKLOG:
                 self.used.append(con)
                 self.lock.notify_all()
                 return
         _close(con)
 
+    def _alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive() and not self.closed
+
     def _wake(self) -> None:
         if _spares_wanted() == 0 or self.closed:
             return
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._fill, name="dpsql-scratch",
-                                           daemon=True)
-            self.thread.start()
+        if not self._alive():
+            thread = threading.Thread(target=self._fill, name="dpsql-scratch", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:  # no thread to be had (a thread limit): uses open and
+                return           # close their own, and the next use tries again
+            self.thread = thread
         self.lock.notify_all()
 
     def _fill(self) -> None:
@@ -184,7 +190,7 @@ class _Spares:
     def settle(self, timeout: float) -> bool:
         """Waits until the pool is full and nothing is being opened."""
         with self.lock:
-            if _spares_wanted() == 0 or self.thread is None:
+            if _spares_wanted() == 0 or not self._alive():
                 return True
             return self.lock.wait_for(
                 lambda: not self.opening and not self.used

@@ -75,3 +75,12 @@ def test_a_query_that_is_not_cached_gets_a_fresh_seed():
     seed = l0_seed(b"k" * 32, "SELECT 1")
     assert 0 <= seed < 2**31 and seed == l0_seed(b"k" * 32, "SELECT 1")
     assert seed != l0_seed(b"j" * 32, "SELECT 1")
+
+
+def test_explain_shows_the_seed_execute_runs(db):
+    """Attack review: explain drew its own random seed, so the SQL it showed as what the
+    backend runs was not what execute ran."""
+    conn = _conn(db)
+    shown = conn.explain(GROUPED, epsilon=1.0, delta=1e-6).sql
+    ran = conn.execute(GROUPED, epsilon=1.0, delta=1e-6).sql
+    assert _seeds(shown) and _seeds(shown) == _seeds(ran)

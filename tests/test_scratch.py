@@ -231,3 +231,28 @@ def test_used_databases_waiting_to_be_closed_stay_few():
     stop.set()
     watcher.join()
     assert most[0] <= module._BACKLOG
+
+
+def test_a_thread_that_cannot_start_leaves_nothing_parked(monkeypatch):
+    """Attack review: a failed start kept a dead thread on record, and every used
+    database was then parked for it, open, forever."""
+    from dpsql import scratch as module
+
+    pool = module._Spares()
+    real = threading.Thread.start
+
+    def refuse(self):
+        if self.name == "dpsql-scratch":
+            raise RuntimeError("can't start new thread")
+        real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    for _ in range(5):
+        con = pool.take() or module._open()
+        con.execute("SELECT 1").fetchall()
+        pool.discard(con)
+    assert pool.used == [] and pool.ready == []
+    monkeypatch.setattr(threading.Thread, "start", real)
+    assert pool.take() is None  # this use wakes a thread that now starts
+    assert pool.settle(10.0) and len(pool.ready) == module._spares_wanted()
+    pool.close()
