@@ -37,14 +37,7 @@ from dpsql.answering import (
     interrupted,
     statistic_types,
 )
-from dpsql.asking import (
-    Ask,
-    key_parts,
-    l0_seed,
-    lift_and_bind,
-    query_options,
-    switch,
-)
+from dpsql.asking import Ask, key_parts, l0_seed, lift_and_bind, query_options, switch
 from dpsql.backends import Backend, open_backend
 from dpsql.bias import bias_query
 from dpsql.catalog import Catalog, Table, load_catalog
