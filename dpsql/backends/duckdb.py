@@ -465,10 +465,18 @@ class DuckDBBackend(Backend):
 _NUMBERS = (*total.INTEGERS, *total.FLOATS)
 
 
+#: The widest DECIMAL whose SUM cannot overflow: DuckDB sums a DECIMAL(p,s) into a 128-bit
+#: integer (checked only against 2**127) and returns DECIMAL(38,s); fewer than 2**48 rows
+#: (:data:`total.MAX_ROWS`) of |R| <= 10**23 - 1 stay below 2**48 * 10**23 < 2.9 * 10**37,
+#: inside DECIMAL(38) and far inside 2**127 (24 digits would not: 2.8 * 10**38).
+SUM_DECIMAL_DIGITS = 23
+
+
 def _sum_argument(node: exp.Expression, types: total.Types) -> bool:
     """SUM/AVG accumulate integers of up to 64 bits in a 128-bit HUGEINT and DECIMALs of up
-    to 18 digits in DECIMAL(38): fewer than 2**48 rows (:data:`total.MAX_ROWS`) cannot
-    overflow either; floating-point sums give inf, never an error."""
+    to 23 digits in DECIMAL(38): fewer than 2**48 rows (:data:`total.MAX_ROWS`) cannot
+    overflow either (:data:`SUM_DECIMAL_DIGITS`); floating-point sums give inf, never an
+    error."""
     arg = node.this
     if isinstance(arg, exp.Distinct):
         return False
@@ -476,7 +484,7 @@ def _sum_argument(node: exp.Expression, types: total.Types) -> bool:
     digits = total.decimal_digits(t)
     return (t in ("TINYINT", "UTINYINT", "SMALLINT", "USMALLINT", "INTEGER", "UINTEGER",
                   "BIGINT", "BOOLEAN", total.NULL) or total.is_float(t)
-            or (digits is not None and digits[0] <= 18))
+            or (digits is not None and digits[0] <= SUM_DECIMAL_DIGITS))
 
 
 def _like(node: exp.Expression, types: total.Types) -> bool:

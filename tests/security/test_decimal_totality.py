@@ -39,6 +39,9 @@ COLUMNS = {
                                 "0")),
     "d20_10": ("DECIMAL(20,10)", ("9999999999.9999999999", "-9999999999.9999999999",
                                   "0.0000000001", "0")),
+    "d23_11": ("DECIMAL(23,11)", ("9" * 12 + "." + "9" * 11, "-" + "9" * 12 + "." + "9" * 11,
+                                  "0.00000000001", "0")),
+    "d24_2": ("DECIMAL(24,2)", ("9" * 22 + ".99", "-" + "9" * 22 + ".99", "0.01", "0")),
     "d37_2": ("DECIMAL(37,2)", ("9" * 35 + ".99", "-" + "9" * 35 + ".99", "0.01", "0")),
     "d38_10": ("DECIMAL(38,10)", ("9" * 28 + "." + "9" * 10, "-" + "9" * 28 + "." + "9" * 10,
                                   "0.0000000001", "0")),
@@ -192,3 +195,26 @@ def test_product_rule_reads_the_width_duckdb_gives(backend, monkeypatch):
                                                      guards=duck.TOTAL.guards))
     assert _accepted(b, ["(a.d15_2 * b.d15_2)"])["(a.d15_2 * b.d15_2)"]
     assert _failures(path, ["(a.d15_2 * b.d15_2)"])
+
+
+def test_decimal_sums_up_to_23_digits(backend):
+    """SUM/AVG of a DECIMAL of at most 23 digits is summed as it is (DuckDB: a 128-bit
+    sum, a DECIMAL(38,s) result); past 23 digits it is summed as DOUBLE. The bound is
+    arithmetic on the row limit: 2**48 rows of 23 digits fit DECIMAL(38), of 24 do not."""
+    from dpsql.backends import total
+
+    assert total.MAX_ROWS * (10**duck.SUM_DECIMAL_DIGITS - 1) < 10**38 - 1
+    assert total.MAX_ROWS * (10**(duck.SUM_DECIMAL_DIGITS + 1) - 1) > 10**38 - 1
+    b, path = backend
+    for column, taken in (("d23_11", True), ("d20_10", True), ("d24_2", False),
+                          ("d38_10", False)):
+        for fn in ("SUM", "AVG"):
+            tree = parse_one(f"SELECT {fn}(a.{column}) AS c FROM ext AS a", read="duckdb")
+            types = b.engine_types(tree)
+            assert (b.allow.entry(tree.expressions[0].this, types) is not None) is taken, \
+                (fn, column)
+    con = duckdb.connect(str(path), read_only=True)
+    ends = con.execute("SELECT SUM(x), typeof(SUM(x)) FROM (SELECT a.d23_11 AS x FROM ext AS a, "
+                       "range(100000)) WHERE x > 0").fetchone()
+    con.close()
+    assert ends[1] == "DECIMAL(38,11)" and ends[0] > 0
