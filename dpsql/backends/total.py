@@ -27,7 +27,7 @@ guard covers only the node it wraps). The placement and the check read the same 
 
 Aggregates cannot be guarded. Their allow-list entries rest on a bound on the number of
 rows a query reads (:data:`MAX_ROWS`): an integer SUM accumulates in 128 bits, a DECIMAL
-SUM of at most 18 digits in a 38-digit decimal, a floating-point SUM in IEEE arithmetic
+SUM of at most 23 digits in a 38-digit decimal, a floating-point SUM in IEEE arithmetic
 (which gives ``inf``, never an error); any other SUM argument is summed as DOUBLE.
 """
 
@@ -42,7 +42,7 @@ from sqlglot import exp
 from dpsql.errors import BackendError
 
 #: Fewer rows than this reach any aggregate of a query: 2**48 rows of 2**79-magnitude
-#: integers stay below 2**127, and 2**48 rows of 18-digit decimals below 10**38.
+#: integers stay below 2**127, and 2**48 rows of 23-digit decimals below 10**38.
 MAX_ROWS = 2**48
 
 #: Nodes that compute nothing: reading a column or a constant, naming, bracketing, and

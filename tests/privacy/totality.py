@@ -91,6 +91,9 @@ CATALOG = {
                     "nullable": True},
             "h": {"type": "int", "lower": 0, "upper": 1000, "nullable": True},
             "dec": {"type": "float", "lower": 0, "upper": 1000, "nullable": True},
+            # a narrow DECIMAL (TPC-H's prices): where DuckDB's DECIMAL arithmetic
+            # entries apply, and where it cuts a product's width to 18 (issue 23)
+            "dm": {"type": "float", "lower": 0, "upper": 1000, "nullable": True},
             "f32": {"type": "float", "lower": -100, "upper": 100, "nullable": True},
             "f64": {"type": "float", "lower": 0, "upper": 1000, "nullable": True},
             "s": {"type": "string", "nullable": True},
@@ -120,24 +123,26 @@ CATALOG = {
 SQL_TYPES = {
     "duckdb": {"pid": "INTEGER", "g": "INTEGER", "i8": "TINYINT", "i16": "SMALLINT",
                "i32": "INTEGER", "i64": "BIGINT", "h": "HUGEINT", "dec": "DECIMAL(38,10)",
+               "dm": "DECIMAL(15,2)",
                "f32": "REAL", "f64": "DOUBLE", "s": "VARCHAR", "code": "VARCHAR",
                "b": "BOOLEAN", "d": "DATE", "ts": "TIMESTAMP", "amt": "DOUBLE",
                "n": "BIGINT", "vd": "DATE", "vs": "VARCHAR", "k": "INTEGER",
                "label": "VARCHAR", "big": "BIGINT"},
     "sqlite": {"pid": "INTEGER", "g": "INTEGER", "i8": "INTEGER", "i16": "INTEGER",
-               "i32": "INTEGER", "i64": "INTEGER", "h": "INTEGER", "dec": "REAL",
+               "i32": "INTEGER", "i64": "INTEGER", "h": "INTEGER", "dec": "REAL", "dm": "REAL",
                "f32": "REAL", "f64": "REAL", "s": "TEXT", "code": "TEXT", "b": "BOOLEAN",
                "d": "DATE", "ts": "TIMESTAMP", "amt": "REAL", "n": "INTEGER", "vd": "DATE",
                "vs": "TEXT", "k": "INTEGER", "label": "TEXT", "big": "INTEGER"},
     "postgres": {"pid": "INTEGER", "g": "INTEGER", "i8": "SMALLINT", "i16": "SMALLINT",
                  "i32": "INTEGER", "i64": "BIGINT", "h": "BIGINT",
-                 "dec": "NUMERIC(38,10)", "f32": "REAL", "f64": "DOUBLE PRECISION",
+                 "dec": "NUMERIC(38,10)", "dm": "NUMERIC(15,2)", "f32": "REAL",
+                 "f64": "DOUBLE PRECISION",
                  "s": "TEXT", "code": "TEXT", "b": "BOOLEAN", "d": "DATE",
                  "ts": "TIMESTAMP", "amt": "DOUBLE PRECISION", "n": "BIGINT",
                  "vd": "DATE", "vs": "TEXT", "k": "INTEGER", "label": "TEXT",
                  "big": "BIGINT"},
     "spark": {"pid": "INT", "g": "INT", "i8": "TINYINT", "i16": "SMALLINT", "i32": "INT",
-              "i64": "BIGINT", "h": "BIGINT", "dec": "DECIMAL(38,10)",
+              "i64": "BIGINT", "h": "BIGINT", "dec": "DECIMAL(38,10)", "dm": "DECIMAL(15,2)",
               "f32": "FLOAT", "f64": "DOUBLE", "s": "STRING", "code": "STRING",
               "b": "BOOLEAN", "d": "DATE", "ts": "TIMESTAMP", "amt": "DOUBLE",
               "n": "BIGINT", "vd": "DATE", "vs": "STRING", "k": "INT", "label": "STRING",
@@ -151,6 +156,8 @@ _I128 = ("-170141183460469231731687303715884105728", "17014118346046923173168730
 #: Two DECIMAL(38,10) values that differ beyond a double's precision (one key, if read
 #: back as floats).
 _DEC_TWINS = ("1234567890123456789.0000000001", "1234567890123456789.0000000002")
+#: DECIMAL(15,2)'s ends and smallest step.
+_DM = ("9999999999999.99", "-9999999999999.99", "0.01", "NULL")
 _DEC_BIG = ("9999999999999999999999999999.9999999999", "-9999999999999999999999999999.9999999999",
             "0.0000000001")
 _STRINGS = ("''", "' '", _LONG, "'-1'", "'12'", "' 12 '", "'12\u3000'", "'\u3000'",
@@ -172,6 +179,7 @@ EXTREMES = {
         "i64": _I64 + ("NULL",),
         "h": _I128 + ("NULL",),
         "dec": _DEC_BIG + _DEC_TWINS + ("NULL",),
+        "dm": _DM,
         "f32": _FLOATS_REAL,
         "f64": _FLOATS_DOUBLE,
         "s": _STRINGS,
@@ -217,6 +225,7 @@ EXTREMES = {
         "i64": _I64 + ("NULL",),
         "h": _I64 + ("NULL",),
         "dec": _DEC_BIG[:2] + ("'NaN'",) + _DEC_BIG[2:] + _DEC_TWINS + ("NULL",),
+        "dm": _DM,
         "f32": ("'Infinity'", "'-Infinity'", "'NaN'", "'-0'", "3.4028235e38",
                 "-3.4028235e38", "1.4e-45", "NULL"),
         "f64": ("'Infinity'", "'-Infinity'", "'NaN'", "'-0'", "1.7976931348623157e308",
@@ -242,6 +251,7 @@ EXTREMES = {
         "i64": _I64 + ("NULL",),
         "h": _I64 + ("NULL",),
         "dec": _DEC_BIG + _DEC_TWINS + ("NULL",),
+        "dm": _DM,
         "f32": ("'Infinity'", "'-Infinity'", "'NaN'", "'-0.0'", "3.4028235e38",
                 "1.4e-45", "NULL"),
         "f64": ("'Infinity'", "'-Infinity'", "'NaN'", "'-0.0'", "1.7976931348623157e308",
@@ -273,7 +283,8 @@ def _ordinary(col: str, i: int, backend: str) -> str:
     values = {
         "pid": str(i), "g": str(i % 3), "i8": str(i * 7 % 101), "i16": str(i * 37 % 2001 - 1000),
         "i32": str(i * 9973), "i64": str(i * 1000003 - 20000000), "h": str(i * 13 % 1001),
-        "dec": f"{i * 12.5 % 1000:.4f}", "f32": f"{i * 4.75 % 200 - 100:.2f}",
+        "dec": f"{i * 12.5 % 1000:.4f}", "dm": f"{i * 7.25 % 1000:.2f}",
+        "f32": f"{i * 4.75 % 200 - 100:.2f}",
         "f64": f"{i * 31.25 % 1000:.3f}", "s": f"'s{i % 7}'",
         "code": "'" + "abc"[i % 3] + "'", "b": ("true" if i % 2 else "false")
         if backend != "sqlite" else str(i % 2), "d": date,
@@ -461,7 +472,8 @@ TEMPLATES = {
         "TRY_CAST({s} AS DOUBLE)", "({f} // 2)", "({f} % 2.5)",
         "CAST({i} AS DOUBLE)", "CAST({i} AS REAL)", "CASE WHEN {p} THEN {f} ELSE {f} END",
         "ABS({f})", "CEIL({f})", "GREATEST({f}, {n})", "COALESCE({f}, 0.5)", "(0.5 * {n})",
-        "(CAST({i} AS DOUBLE) // 2)", "SQRT({x})", "({i} / 3)",
+        "(CAST({i} AS DOUBLE) // 2)", "SQRT({x})", "({i} / 3)", "(CAST({f} AS DOUBLE) - {x})",
+        "({x} / {x})",
     ),
     "dec": (
         "({x} + {x})", "({x} - {i})", "({x} * {x})", "({x} / {x})", "({x} * 1000000000)",
@@ -469,6 +481,7 @@ TEMPLATES = {
         "CAST({i} AS DECIMAL(38,0))", "CAST({s} AS DECIMAL(10,2))", "ROUND({x}, {digits})",
         "ABS({x})", "({x} % 3)", "({x} // 2)", "CASE WHEN {p} THEN {x} ELSE 0.5 END",
         "GREATEST({x}, {i})", "COALESCE({x}, 1.5)", "(1.5 * {x})",
+        "(1 - {x})", "(2 * {x})", "(-{x})", "({x} * (1 - {x}))",
     ),
     "str": (
         "LEFT({s}, {i})", "RIGHT({s}, {i})", "SUBSTRING({s}, {i}, {i})", "SUBSTRING({s}, {i})",
@@ -512,9 +525,10 @@ HOT = {
             "CAST(f32 AS INTEGER)", "CAST(f64 AS BIGINT)", "MONTH(CAST(s AS DATE))",
             "(d - {d})", "EXTRACT({part} FROM date_trunc({unit}, ts))"),
     "float": ("CAST(f64 AS REAL)", "CAST({n} AS REAL)", "(CAST(i8 AS DOUBLE) // 2)",
-              "SQRT(dec)", "CAST(s AS DOUBLE)"),
+              "SQRT(dec)", "CAST(s AS DOUBLE)", "(dm / dm)", "(f64 - dm)"),
     "dec": ("(dec * dec)", "(dec * {x})", "(dec + CAST({n} AS DECIMAL(38,10)))",
-            "CAST(f64 AS DECIMAL(18,3))", "SIGN(dec)"),
+            "CAST(f64 AS DECIMAL(18,3))", "SIGN(dec)", "(dm * (1 - dm))", "(1 - dm)",
+            "(dm + dm)", "(dm * (1 + dm) * dm)", "(dm - {i})", "(dm * 99)"),
     "str": ("LEFT(s, {i})", "RIGHT(s, n)", "LEFT(s, 4294967296)", "SUBSTRING(s, {i}, {i})",
             "dayname(d)", "monthname(ts)", "strftime(d, {fmt})", "strftime(ts, {fmt})",
             "dayname(CAST(s AS DATE))"),
@@ -534,7 +548,8 @@ _SLOTS = {"i": "int", "f": "float", "x": "dec", "s": "str", "p": "bool", "d": "d
 #: Columns by type (per table) the generator reads.
 TYPES = {
     "people": {"pid": "int", "g": "int", "i8": "int", "i16": "int", "i32": "int",
-               "i64": "int", "h": "int", "dec": "dec", "f32": "float", "f64": "float",
+               "i64": "int", "h": "int", "dec": "dec", "dm": "dec", "f32": "float",
+               "f64": "float",
                "s": "str", "code": "str", "b": "bool", "d": "date", "ts": "ts"},
     "visits": {"pid": "int", "amt": "float", "n": "int", "vd": "date", "vs": "str"},
     "pub": {"k": "int", "label": "str", "big": "int"},
@@ -621,7 +636,7 @@ class QueryGen:
         src = self.people()
         if src is None or src.alias is None:
             return template
-        return re.sub(r"(?<![\w.'{])(i8|i64|h|f32|f64|dec|s|d|ts|n)(?![\w('}])",
+        return re.sub(r"(?<![\w.'{])(i8|i64|h|f32|f64|dec|dm|s|d|ts|n)(?![\w('}])",
                       rf"{src.alias}.\1", template)
 
     def fill(self, template: str, depth: int) -> str:
