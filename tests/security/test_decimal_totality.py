@@ -1,6 +1,6 @@
 """DuckDB's DECIMAL arithmetic entries (issue 23) against the engine, at every extreme.
 
-The entries in :data:`dpsql.backends.duckdb.TOTAL` for ``+``, ``-``, ``*``, unary ``-``,
+The entries in :data:`dpsql.backends.duckdb_total.TOTAL` for ``+``, ``-``, ``*``, unary ``-``,
 ``ABS`` and DECIMAL-to-float arithmetic are proved from DuckDB's binding rules (the
 comment above ``_decimal_bound``). This test does not trust the proof: for every pair of
 operand types below (DECIMALs of several widths and scales, the integer types, a DOUBLE,
@@ -24,7 +24,7 @@ import duckdb
 import pytest
 from sqlglot import exp, parse_one
 
-from dpsql.backends import duckdb as duck
+from dpsql.backends import duckdb_total as duck
 from dpsql.backends import open_backend
 
 #: column → (type, extreme values as SQL text). Every column has 6 rows (cycled).
