@@ -21,8 +21,8 @@ def test_the_bias_query_counts_users_over_the_per_user_table():
     text = bias_query(plan, rewrite(plan)).sql()
     assert text == (
         "WITH __per_user AS (SELECT pid AS __uid, educ AS __k0, LEAST(COUNT(*), 3) AS __s0, "
-        "COUNT(*) AS __raw_rows FROM pums_dup WHERE educ BETWEEN 1 AND 16 GROUP BY pid, educ "
-        "HAVING COUNT(pid) > 0) SELECT COUNT(*) AS __b_users, COUNT(CASE WHEN __most > 3 "
+        "COUNT(*) AS __raw_rows FROM pums_dup WHERE (educ BETWEEN 1 AND 16) AND NOT pid IS "
+        "NULL GROUP BY pid, educ) SELECT COUNT(*) AS __b_users, COUNT(CASE WHEN __most > 3 "
         "THEN 1 END) AS __b_rows, COUNT(CASE WHEN __groups > 1 THEN 1 END) AS __b_groups "
         "FROM (SELECT __uid, MAX(__raw_rows) AS __most, COUNT(*) AS __groups FROM "
         "__per_user GROUP BY __uid) AS __bias")

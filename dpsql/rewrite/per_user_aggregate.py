@@ -14,8 +14,9 @@ adding one person there changes which groups the pseudo-user keeps under
 ``max_groups``, and so moves another person's contribution, a change of two units
 where the noise covers one. Left out, such a person changes nothing.
 
-They are left out after the grouping (``HAVING COUNT(uid) > 0``), not before it
-(``WHERE uid IS NOT NULL``), and the relation is the same. The CTE groups by the user
+Where the user is found through a join they are left out after the grouping
+(``HAVING COUNT(uid) > 0``), not before it (``WHERE uid IS NOT NULL``, kept for a single
+table), and the relation is the same. The CTE groups by the user
 key (and the keys), so all rows of a group share one user key: NULL in every row of a
 group or in none (GROUP BY puts the NULLs together, apart from every value). A group
 is never empty, so ``COUNT(uid)``, which counts the non-NULL values, is 0 exactly for
@@ -26,14 +27,18 @@ The aggregates of the dropped groups are computed and thrown away: they read the
 row expressions as every other group, which the backend's totality proof covers for
 any row, so they cannot fail where the others would not.
 
-Why an aggregate: any test on the user key itself, in WHERE, in HAVING or in a query
-over the CTE, DuckDB pushes down into the scan of the table holding the key, where it
-changes the join's estimates and so its build side (TPC-H q6 at sf1: the hash table
-is built over all 1.5M orders instead of the 114k lineitem rows the WHERE leaves,
-about 2× the floor's time). A condition on an aggregate cannot be pushed below the
-aggregate, so the join runs as in the floor, which has no exclusion. Every later
-step relies on ``__per_user`` (and :func:`_distinct_values`' table) holding no NULL
-user id (:mod:`dpsql.rewrite.bound_groups`).
+Why an aggregate where the user is found through a join: any test on the user key
+itself, in WHERE, in HAVING or in a query over the CTE, DuckDB pushes down into the
+scan of the table holding the key, where it changes the join's estimates and so its
+build side (TPC-H q6 at sf1: the hash table is built over all 1.5M orders instead of
+the 114k lineitem rows the WHERE leaves, about 2× the floor's time). A condition on
+an aggregate cannot be pushed below the aggregate, so the join runs as in the floor,
+which has no exclusion. Without a join there is no build side to flip, and the extra
+``COUNT(uid)`` per group costs more than the row filter (PUMS 1M, COUNT(DISTINCT pid):
+about 15%), so a single table keeps ``WHERE ... AND NOT uid IS NULL``; both forms drop
+exactly the NULL user's rows. Every later step relies on ``__per_user`` (and
+:func:`_distinct_values`' table) holding no NULL user id
+(:mod:`dpsql.rewrite.bound_groups`).
 """
 
 from __future__ import annotations
@@ -81,7 +86,8 @@ def _distinct_values(inner: exp.Select, value: exp.Expression, plan: Plan) -> ex
     out = out.group_by(plan.uid.copy(), *group, value.copy(), copy=False)
     # the same exclusion of NULL users as the per-user CTE (module docstring); HAVING
     # runs before the window, so no rank is computed over a NULL user's values
-    return out.having(_known(plan), copy=False)
+    # the NULL user's rows were left out by the copied WHERE, or are dropped here
+    return out.having(_known(plan), copy=False) if inner.args.get("having") else out
 
 
 def _known(plan: Plan) -> exp.Expression:
@@ -102,10 +108,10 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
         pid AS __uid,
         LEAST(COUNT(*), 2) AS __s0
       FROM pums_dup
+      WHERE
+        NOT pid IS NULL
       GROUP BY
         pid
-      HAVING
-        COUNT(pid) > 0
     )
     SELECT
       SUM(__s0) AS __s0
@@ -142,13 +148,18 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
     for join in expression.args.get("joins") or []:
         inner.append("joins", join.copy())
     where = expression.args.get("where")
+    joined = bool(expression.args.get("joins"))
+    if not joined:  # no user, no rows: dropped before grouping (module docstring)
+        known = exp.Not(this=exp.Is(this=plan.uid.copy(), expression=exp.Null()))
+        where = exp.Where(this=known if not where else exp.And(
+            this=exp.paren(where.this.copy(), copy=False), expression=known))
     if where:
         inner.set("where", where.copy())
     group = expression.args.get("group")
     keys = [k.copy() for k in group.expressions] if group else []
     inner = inner.group_by(plan.uid.copy(), *keys, copy=False)
-    # no user, no rows: the NULL user's groups dropped after grouping (module docstring)
-    inner = inner.having(_known(plan), copy=False)
+    if joined:  # no user, no rows: the NULL user's groups dropped after grouping
+        inner = inner.having(_known(plan), copy=False)
     if not outer.expressions or all(e.alias_or_name.startswith("__k")
                                     for e in outer.expressions):
         outer = outer.select(exp.alias_(exp.Count(this=exp.Star()), "__rows"), copy=False)
