@@ -125,13 +125,16 @@ class _Spares:
         _close(con)
 
     def _alive(self) -> bool:
-        return self.thread is not None and self.thread.is_alive() and not self.closed
+        return self.thread is not None and not self.closed
 
     def _wake(self) -> None:
         if _spares_wanted() == 0 or self.closed:
             return
-        if not self._alive():
-            thread = threading.Thread(target=self._fill, name="dpsql-scratch", daemon=True)
+        if self.thread is None:
+            # not a daemon: it ends by itself once the pool is full and nothing waits to
+            # be closed, and at exit Python waits for that bounded work (a daemon thread
+            # stopped by the interpreter's exit inside DuckDB's C++ aborts the process)
+            thread = threading.Thread(target=self._fill, name="dpsql-scratch")
             try:
                 thread.start()
             except RuntimeError:  # no thread to be had (a thread limit): uses open and
@@ -140,38 +143,38 @@ class _Spares:
         self.lock.notify_all()
 
     def _fill(self) -> None:
+        try:
+            self._work()
+        finally:
+            with self.lock:  # whatever ended it, no used database waits for this thread
+                if self.thread is threading.current_thread():
+                    self.thread = None
+                self.opening = False
+                self.lock.notify_all()
+
+    def _work(self) -> None:
         while True:
             with self.lock:
-                while (len(self.ready) >= _spares_wanted() and not self.used
-                       and not self.closed):
-                    self.opening = False
-                    self.lock.notify_all()
-                    self.lock.wait()
-                if self.closed:
-                    self.opening = False
-                    self.lock.notify_all()
+                if self.closed or (len(self.ready) >= _spares_wanted() and not self.used):
+                    # done: the thread ends here, under the lock, so a use that comes
+                    # after sees no thread and closes its own or starts a new one
+                    self.thread = None
                     return
                 self.opening = True
                 used, self.used = self.used, []
             for con in used:
                 _close(con)
             with self.lock:
-                if len(self.ready) >= _spares_wanted():
+                if self.closed or len(self.ready) >= _spares_wanted():
                     continue
             try:
                 con = _open()  # outside the lock: takers never wait for an opening
             except Exception:  # noqa: BLE001 - no spare then; uses open their own
-                with self.lock:
-                    self.opening = False
-                    self.lock.notify_all()
-                    self.lock.wait(1.0)
-                continue
+                return
             with self.lock:
                 if self.closed:
                     _close(con)
-                    self.opening = False
-                    self.lock.notify_all()
-                    return
+                    continue
                 self.ready.append(con)
 
     def close(self) -> None:
@@ -181,30 +184,30 @@ class _Spares:
             ready, self.ready = self.ready + self.used, []
             self.used = []
             self.lock.notify_all()
-            # a daemon thread stopped by the interpreter's exit inside DuckDB's C++ would
-            # abort the process: let an opening under way finish first
-            self.lock.wait_for(lambda: not self.opening, 5.0)
+            # the thread (if any) finishes what it is doing and ends
+            self.lock.wait_for(lambda: self.thread is None, 5.0)
         for con in ready:
             con.close()
 
     def settle(self, timeout: float) -> bool:
         """Waits until the pool is full and nothing is being opened."""
         with self.lock:
-            if _spares_wanted() == 0 or not self._alive():
+            if _spares_wanted() == 0 or self.closed:
                 return True
-            return self.lock.wait_for(
-                lambda: not self.opening and not self.used
-                and len(self.ready) >= _spares_wanted(), timeout)
+            return self.lock.wait_for(lambda: self.thread is None, timeout)
 
 
 _SPARES = _Spares()
+#: A forked child's inherited pools, kept referenced and untouched.
+_ORPHANED: list[_Spares] = []
 
 
 def _forget_parents_spares() -> None:
     # the child must not share a database with its parent; the parent's are left alone
     # (closing them here could touch state the parent's other threads hold)
     global _SPARES
-    _SPARES = _Spares()
+    _ORPHANED.append(_SPARES)  # never closed here: freeing DuckDB's handles after a fork
+    _SPARES = _Spares()        # crashes the child (seen: a segfault)
 
 
 atexit.register(lambda: _SPARES.close())
