@@ -103,7 +103,6 @@ class _Spares:
         self.used: list[duckdb.DuckDBPyConnection] = []  # to be closed by the thread
         self.lock = threading.Condition()
         self.thread: threading.Thread | None = None
-        self.opening = False
         self.closed = False
 
     def take(self) -> duckdb.DuckDBPyConnection | None:
@@ -149,7 +148,6 @@ class _Spares:
             with self.lock:  # whatever ended it, no used database waits for this thread
                 if self.thread is threading.current_thread():
                     self.thread = None
-                self.opening = False
                 self.lock.notify_all()
 
     def _work(self) -> None:
@@ -160,7 +158,6 @@ class _Spares:
                     # after sees no thread and closes its own or starts a new one
                     self.thread = None
                     return
-                self.opening = True
                 used, self.used = self.used, []
             for con in used:
                 _close(con)
