@@ -152,8 +152,9 @@ class Backend(ABC):
             expression = dialects.apply(expression, self.transforms, ctx)
             types = self.engine_types(expression)
         total.check_total(expression, self.allow, types)
+        # the guarded tree is this call's own copy, read no more: written without one
         sql = checked_sql(expression, self.dialect, tables=self.catalog_tables,
-                          names=self.catalog_names)
+                          names=self.catalog_names, consume=True)
         self._last_sql = (original, sql)
         return sql
 

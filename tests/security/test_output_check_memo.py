@@ -70,3 +70,46 @@ def test_a_text_that_is_not_the_trees_is_refused_even_if_it_passed():
     check_sql(other.sql(dialect="duckdb"), other, "duckdb", tables={"pums"})
     with pytest.raises(UnsupportedQueryError, match="not the tree's"):
         check_sql(other.sql(dialect="duckdb"), tree, "duckdb", tables={"pums"})
+
+
+def _final_tree():
+    """A tree like dpsql's final ones: CTEs, a window, casts, a guard."""
+    return sqlglot.parse_one(
+        "WITH __per_user AS (SELECT pid AS __uid, TRY(CAST(age AS DOUBLE) / 2) AS __s0 "
+        "FROM pums GROUP BY pid) SELECT SUM(__s0) AS __s0, ROW_NUMBER() OVER "
+        "(PARTITION BY __uid ORDER BY HASH(__uid, 7)) AS __r FROM __per_user", read="duckdb")
+
+
+def test_a_consumed_tree_writes_the_text_of_its_copy():
+    """checked_sql(consume=True) writes the tree itself: the same text as its copy."""
+    expected = _final_tree().sql(dialect="duckdb")
+    assert checked_sql(_final_tree(), "duckdb", tables={"pums"}, consume=True) == expected
+    output_check._PASSED.clear()
+    assert checked_sql(_final_tree(), "duckdb", tables={"pums"}) == expected
+
+
+def test_a_consumed_tree_is_walked_before_it_is_written(monkeypatch):
+    """The walk sees the tree as built (the write may change it), and still refuses a
+    payload that would break the text open, whether or not that text passed before."""
+    bad = _final_tree()
+    bad.find(exp.DataType).replace(exp.DataType(
+        this=exp.DataType.Type.USERDEFINED, kind="DOUBLE) / 2) AS __s0 FROM pums; SELECT (1"))
+    seen = []
+    closed = output_check._closed
+    monkeypatch.setattr(output_check, "_closed",
+                        lambda tree, *a: seen.append(tree.sql(dialect="duckdb"))
+                        or closed(tree, *a))
+    before = bad.sql(dialect="duckdb")
+    with pytest.raises(UnsupportedQueryError, match="type USERDEFINED"):
+        checked_sql(bad, "duckdb", tables={"pums"}, consume=True)
+    assert seen == [before]
+    assert not output_check._PASSED
+
+
+def test_a_tree_with_a_parent_is_written_from_a_copy():
+    """A node inside another is not consumed: it is written (and left) as it stands."""
+    root = _final_tree()
+    inner = root.find(exp.CTE).this
+    text = inner.sql(dialect="duckdb")
+    assert checked_sql(inner, "duckdb", tables={"pums"}, consume=True) == text
+    assert inner.parent is not None and inner.sql(dialect="duckdb") == text
