@@ -14,6 +14,7 @@ import functools
 from collections.abc import Callable
 
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 
 from dpsql.backends.total import Types
 
@@ -105,6 +106,10 @@ class _Prober:
         self.table_columns = table_columns
         self.bind = bind
         self.dialect = dialect
+        # what ``node.sql(dialect=...)`` looks up on every call (a new Dialect object
+        # each time), once: its ``generate`` is then exactly what ``node.sql`` runs
+        self._writer = Dialect.get_or_raise(dialect)
+        self._children: dict[int, list[exp.Expression]] = {}
         self.types = Types()
         self.outputs: dict[int, list[tuple[str, str | None]]] = {}
         self.ctes: dict[str, exp.Expression] = {}
@@ -167,7 +172,7 @@ class _Prober:
 
         def measure(node: exp.Expression) -> int:
             if id(node) not in height:
-                height[id(node)] = 1 + max((measure(c) for c in _value_children(node)
+                height[id(node)] = 1 + max((measure(c) for c in self.value_children(node)
                                             if not isinstance(c, exp.Column)
                                             and not _constant(c)), default=0)
             return height[id(node)]
@@ -195,7 +200,7 @@ class _Prober:
         """Types operations whose operands are typed: each with its operands as columns."""
         plain, aggregates = [], []
         for node in nodes:
-            kids = [c for c in _value_children(node) if not _constant(c)]
+            kids = [c for c in self.value_children(node) if not _constant(c)]
             if any(self.types(c) is None for c in kids):
                 continue  # an operand of unknown type: the operation has none either
             (aggregates if isinstance(node, exp.AggFunc) else plain).append((node, kids))
@@ -211,20 +216,29 @@ class _Prober:
                         columns.append((stand_ins[id(kid)], self.types(kid)))
             relations = [_placeholders(tuple(columns), "__p", self.dialect)] if columns else []
             self.probe([n for n, _ in group],
-                       lambda n, m=stand_ins: self._stand_in(n, m).sql(dialect=self.dialect,
-                                                                        copy=False),
+                       lambda n, m=stand_ins: self._writer.generate(self._stand_in(n, m),
+                                                                    copy=False),
                        relations)
 
     def _text(self, node: exp.Expression) -> str:
         """A node's text as it stands alone (sqlglot writes a copy, without its parent:
         how it writes a node may depend on the parent, and in a probe it stands alone)."""
-        return node.sql(dialect=self.dialect)
+        return self._writer.generate(node, copy=True)
+
+    def value_children(self, node: exp.Expression) -> list[exp.Expression]:
+        """:func:`_value_children`, remembered per node (the tree does not change while
+        it is typed; a stand-in swaps a node's operands only while it copies the node,
+        and puts them back)."""
+        kids = self._children.get(id(node))
+        if kids is None:
+            kids = self._children[id(node)] = _value_children(node)
+        return kids
 
     def _stand_in(self, node: exp.Expression, stand_ins: dict[int, str]) -> exp.Expression:
         """A copy of ``node`` with its non-constant operands as columns (or typed scalar
         subqueries for nested queries)."""
         swapped = []
-        for kid in _value_children(node):
+        for kid in self.value_children(node):
             if _constant(kid):
                 continue
             name = stand_ins[id(kid)]
@@ -310,7 +324,9 @@ def _innermost_first(tree: exp.Expression) -> list[exp.Select]:
 
     def visit(node: exp.Expression) -> None:
         children = list(node.iter_expressions())
-        for child in sorted(children, key=lambda c: not isinstance(c, exp.With)):
+        if any(isinstance(c, exp.With) for c in children):  # (a stable sort: else a no-op)
+            children.sort(key=lambda c: not isinstance(c, exp.With))
+        for child in children:
             visit(child)
         if isinstance(node, exp.Select):
             out.append(node)
