@@ -5,7 +5,40 @@ A module below both stages, so that the analysis needs nothing of the rewrite.
 
 from __future__ import annotations
 
+import functools
+
 from sqlglot import exp
+
+
+def table(name: str) -> exp.Table:
+    """The table ``name`` (a plain name: dpsql's own, such as ``__per_user``), built as
+    sqlglot's parser builds it from the text, without parsing it.
+
+    >>> from sqlglot import parse_one
+    >>> table("__per_user") == parse_one("SELECT * FROM __per_user").find(exp.Table)
+    True
+    """
+    return exp.Table(this=exp.to_identifier(name))
+
+
+def table_alias(name: str) -> exp.TableAlias:
+    """The alias ``name`` of a table or CTE (a plain name), as the parser builds it."""
+    return exp.TableAlias(this=exp.to_identifier(name))
+
+
+@functools.lru_cache(maxsize=64)
+def _data_type(name: str) -> exp.DataType:
+    return exp.DataType.build(name)
+
+
+def data_type(name: str) -> exp.DataType:
+    """``exp.DataType.build(name)``: parsed once per name, then a copy each time (the
+    same tree; callers may change it).
+
+    >>> data_type("DOUBLE") == exp.DataType.build("DOUBLE")
+    True
+    """
+    return _data_type(name).copy()
 
 
 def number(value: float) -> exp.Expression:

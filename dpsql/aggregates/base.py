@@ -25,7 +25,7 @@ import math
 
 from sqlglot import exp
 
-from dpsql.sqlbuild import number
+from dpsql.sqlbuild import data_type, number
 
 #: Half-width and interval of "no information".
 WHOLE = (-math.inf, math.inf)
@@ -117,14 +117,14 @@ def scaled(total: exp.Expression, arg: exp.Expression, max_rows: int) -> exp.Exp
     """``total · min(COUNT(arg), R) / COUNT(arg)`` in floating point; NULL for no rows."""
     count = exp.Count(this=arg.copy())
     capped = exp.Cast(this=exp.Least(this=count.copy(), expressions=[number(max_rows)],
-                                     ignore_nulls=True), to=exp.DataType.build("DOUBLE"))
+                                     ignore_nulls=True), to=data_type("DOUBLE"))
     return exp.Div(this=exp.Mul(this=total, expression=capped),
                    expression=exp.Nullif(this=count, expression=number(0)))
 
 
 def double(arg: exp.Expression) -> exp.Expression:
     """``CAST(arg AS DOUBLE)``: dpsql's own arithmetic on a value cannot overflow."""
-    return exp.Cast(this=arg, to=exp.DataType.build("DOUBLE"))
+    return exp.Cast(this=arg, to=data_type("DOUBLE"))
 
 
 def clip(value, low: float, high: float):

@@ -46,7 +46,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
-from dpsql.rewrite._sql import number
+from dpsql.rewrite._sql import number, table, table_alias
 
 UID = "__uid"
 #: Column of ``__per_user`` holding a user's rows in a group before the cap, read only by
@@ -163,7 +163,8 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
     if not outer.expressions or all(e.alias_or_name.startswith("__k")
                                     for e in outer.expressions):
         outer = outer.select(exp.alias_(exp.Count(this=exp.Star()), "__rows"), copy=False)
-    outer = outer.from_(PER_USER, copy=False).with_(PER_USER, as_=inner, copy=False)
+    outer = outer.from_(table(PER_USER), copy=False).with_(table_alias(PER_USER), as_=inner,
+                                                          copy=False)
     for stat, value in distinct:
         outer = outer.with_(values_table(stat), as_=_distinct_values(inner, value, plan),
                             copy=False)
