@@ -26,6 +26,21 @@ def table_alias(name: str) -> exp.TableAlias:
     return exp.TableAlias(this=exp.to_identifier(name))
 
 
+@functools.lru_cache(maxsize=256)
+def _condition(text: str) -> exp.Expression:
+    return exp.condition(text)
+
+
+def condition(text: str) -> exp.Expression:
+    """``sqlglot.condition(text)`` for dpsql's own fixed texts: parsed once per text,
+    then a copy each time (sqlglot parses deterministically: the same tree).
+
+    >>> condition("__rank <= 1") == exp.condition("__rank <= 1")
+    True
+    """
+    return _condition(text).copy()
+
+
 @functools.lru_cache(maxsize=64)
 def _data_type(name: str) -> exp.DataType:
     return exp.DataType.build(name)
