@@ -199,38 +199,59 @@ def _refuse(dialect: str, problem: str, sql: str) -> NoReturn:
         f"{problem}); nothing was charged")
 
 
+# what :func:`_closed` tests of a node beyond its parent, by the node's class
+_OTHER, _DATATYPE, _VAR, _ANONYMOUS, _IDENTIFIER, _TABLE, _LITERAL = range(7)
+_BRANCHES = ((exp.DataType, _DATATYPE), (exp.Var, _VAR), (exp.Anonymous, _ANONYMOUS),
+             (exp.Identifier, _IDENTIFIER), (exp.Table, _TABLE), (exp.Literal, _LITERAL))
+_KINDS: dict[type, tuple[bool, bool, bool, str | None, int]] = {}
+
+
+def _kind(cls: type) -> tuple[bool, bool, bool, str | None, int]:
+    """(statement, subquery, select, date part slot, branch) of a node class: the
+    ``isinstance`` tests of :func:`_closed`, answered once per class (a class's
+    ancestors do not change, and no sqlglot class overrides ``isinstance``)."""
+    kind = _KINDS.get(cls)
+    if kind is None:
+        branch = next((b for base, b in _BRANCHES if issubclass(cls, base)), _OTHER)
+        kind = _KINDS[cls] = (issubclass(cls, _STATEMENTS), issubclass(cls, exp.Subquery),
+                              issubclass(cls, exp.Select), _PART_SLOTS.get(cls), branch)
+    return kind
+
+
 def _closed(tree: exp.Expression, tables: set[str] | None, names: set[str]) -> str | None:
     if not isinstance(tree, exp.Select):
         return f"the statement is a {type(tree).__name__}, not a SELECT"
     ctes = None  # the tree's CTE names, collected when a table name needs them
     for node in tree.walk():
-        if isinstance(node, _STATEMENTS):
+        statement, subquery, select, slot, branch = _kind(type(node))
+        if statement:
             return f"a {type(node).__name__} node"
-        if isinstance(node, exp.Subquery) and not isinstance(
-                node.parent, exp.From | exp.Join | exp.In | exp.CTE):
+        if subquery and not isinstance(node.parent, exp.From | exp.Join | exp.In | exp.CTE):
             return "a scalar subquery"  # dpsql builds subqueries only in FROM and IN
-        if isinstance(node, exp.Select) and node is not tree and not isinstance(
+        if select and node is not tree and not isinstance(
                 node.parent, exp.Subquery | exp.CTE | exp.Union | exp.In):
             return "a SELECT outside FROM, IN, WITH or UNION"
-        if type(node) in _PART_SLOTS:
-            part = node.args.get(_PART_SLOTS[type(node)])
+        if slot is not None:
+            part = node.args.get(slot)
             if part is not None and not (isinstance(part, exp.Var | exp.Literal)
                                          and str(part.this).upper() in KEYWORDS):
                 return "a date part outside the fixed list"
-        if isinstance(node, exp.DataType):
+        if branch == _OTHER:
+            pass
+        elif branch == _DATATYPE:
             if node.this not in TYPES:
                 return f"type {node.this.name}"
-        elif isinstance(node, exp.Var):
+        elif branch == _VAR:
             if str(node.this).upper() not in KEYWORDS:
                 return "a bare keyword outside the fixed list"
-        elif isinstance(node, exp.Anonymous):
+        elif branch == _ANONYMOUS:
             if not isinstance(node.this, str) or node.this.lower() not in FUNCTIONS:
                 return "a function outside the fixed list"
-        elif isinstance(node, exp.Identifier):
+        elif branch == _IDENTIFIER:
             if not isinstance(node.this, str) or not (
                     SAFE_NAME.fullmatch(node.this) or node.this in names):
                 return "a name that is neither plain nor the catalog's"
-        elif isinstance(node, exp.Table):
+        elif branch == _TABLE:
             if not isinstance(node.this, exp.Identifier):
                 return "a table function"
             if node.args.get("db") or node.args.get("catalog"):
@@ -241,7 +262,7 @@ def _closed(tree: exp.Expression, tables: set[str] | None, names: set[str]) -> s
                     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
                 if name not in ctes:
                     return f"table {name!r} is not in the catalog"
-        elif isinstance(node, exp.Literal) and not isinstance(node.this, str):
+        elif not isinstance(node.this, str):  # _LITERAL
             return "a literal that is not text"
         if node.comments:
             return "a comment"

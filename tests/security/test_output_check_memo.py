@@ -113,3 +113,29 @@ def test_a_tree_with_a_parent_is_written_from_a_copy():
     text = inner.sql(dialect="duckdb")
     assert checked_sql(inner, "duckdb", tables={"pums"}, consume=True) == text
     assert inner.parent is not None and inner.sql(dialect="duckdb") == text
+
+
+def _expression_classes():
+    seen, todo = set(), [getattr(exp, "Expr", exp.Expression)]  # sqlglot 30: Expr
+    while todo:
+        cls = todo.pop()
+        if cls not in seen:
+            seen.add(cls)
+            todo.extend(cls.__subclasses__())
+    return seen
+
+
+def test_the_walks_class_table_answers_as_isinstance_does():
+    """_closed reads each node's class tests from a table: for every sqlglot class, the
+    table says what the isinstance chain it replaces says (first matching branch)."""
+    order = (exp.DataType, exp.Var, exp.Anonymous, exp.Identifier, exp.Table, exp.Literal)
+    classes = _expression_classes()
+    assert len(classes) > 500
+    for cls in classes:
+        statement, subquery, select, slot, branch = output_check._kind(cls)
+        assert statement == issubclass(cls, output_check._STATEMENTS), cls
+        assert subquery == issubclass(cls, exp.Subquery), cls
+        assert select == issubclass(cls, exp.Select), cls
+        assert slot == output_check._PART_SLOTS.get(cls), cls
+        first = next((i + 1 for i, base in enumerate(order) if issubclass(cls, base)), 0)
+        assert branch == first, cls
