@@ -123,18 +123,53 @@ class Backend(ABC):
         turns the plan cache off. Metadata only, read before any charge."""
         return None
 
+    def _finals_version(self) -> Hashable | None:
+        """The schema version under which :meth:`_total_sql` may remember final texts
+        (see there); None, the default, remembers nothing: the schema may change
+        between the engine's reading of the version and the typing of a tree."""
+        return None
+
     def _total_sql(self, original: exp.Expression) -> str:
         """:meth:`to_sql` by the allow-list: type, guard, transform, check (see
-        :mod:`dpsql.backends.total`)."""
+        :mod:`dpsql.backends.total`).
+
+        The final text is remembered (at most 512) by the text of the tree it came
+        from, the schema version (:meth:`_finals_version`; nothing is remembered without
+        one) and the catalog's tables and names, and only after every check passed.
+        A tree whose own text is such a text (written and checked here, its walk
+        included, every time) gets the remembered final text without being typed and
+        guarded again. Why that is the text the checks would pass for it: everything
+        after the first check is a function of the tree, the schema (the column types
+        the probes read; fixed by the version), this backend's allow-list, transforms
+        and dialect, and the catalog's names (fixed per connection or in the key). Two
+        trees may write the same text, so the final text may be the one another tree
+        of that text was guarded into; the engine reads only text, though, so it reads
+        both trees as the one query it reads from that text, and the remembered final
+        text is that query with the guards its checks proved total: it passed the
+        totality check (on the tree that wrote it, typed by the engine under the same
+        schema) and the output check (on that tree and on its own text, under the same
+        tables and names) as it stands. Guards change no value but one that would
+        fail, so it answers what the text asks. A refusal is never remembered.
+        """
         from dpsql.backends import total
         from dpsql.output_check import checked_sql
 
         # the output language first: nothing of a query reaches the engine, not even a
         # probe that binds over no data, before its tree is known to be dpsql's own (an
         # engine that binds no types gets no probe: its check is the one at the end)
+        key = None
         if self.reports_types:
-            checked_sql(original, self.dialect, tables=self.catalog_tables,
-                        names=self.catalog_names)
+            text = checked_sql(original, self.dialect, tables=self.catalog_tables,
+                               names=self.catalog_names)
+            version = self._finals_version()
+            if version is not None:
+                key = (text, version, self.catalog_tables, self.catalog_names)
+                finals = self.__dict__.setdefault("_finals", OrderedDict())
+                known = finals.get(key)
+                if known is not None:
+                    finals.move_to_end(key)
+                    self._last_sql = (original, known)
+                    return known
         expression = original.copy()
         if self.pre_transforms:
             from dpsql.backends import dialects
@@ -155,6 +190,11 @@ class Backend(ABC):
         # the guarded tree is this call's own copy, read no more: written without one
         sql = checked_sql(expression, self.dialect, tables=self.catalog_tables,
                           names=self.catalog_names, consume=True)
+        if key is not None:
+            finals = self.__dict__.setdefault("_finals", OrderedDict())
+            finals[key] = sql
+            while len(finals) > 512:
+                finals.popitem(last=False)
         self._last_sql = (original, sql)
         return sql
 

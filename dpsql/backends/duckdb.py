@@ -229,6 +229,12 @@ class DuckDBBackend(Backend):
         self._schema_version = version
         return version
 
+    def _finals_version(self) -> str | None:
+        """The schema version read once, for a file or database whose schema cannot
+        change behind dpsql (:meth:`schema_version`); None for a connection the caller
+        passed in."""
+        return self._schema_version if self.name != "duckdb connection" else None
+
     def unique_columns(self, table: str) -> set[tuple[str, ...]]:
         """PRIMARY KEY and UNIQUE column sets whose columns are all NOT NULL.
 
