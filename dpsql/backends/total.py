@@ -237,12 +237,24 @@ class AllowList:
             self.entry(node, types) is not None
 
 
+#: The operand a CASE without ELSE (or a WHEN without THEN) stands for in
+#: :func:`operands`. One object, alive for good and never typed: :class:`Types` is keyed
+#: by ``id``, and a node built anew at each call could take the ``id`` of a freed node
+#: that was typed (a CAST that :func:`place_guards` replaced by TRY_CAST), and so its
+#: type, at one call and not at the next: the placement and the check then disagree
+#: about the same CASE (a query refused by the check after the placement judged it
+#: total, depending on memory addresses). The stand-in has no type (as a new node has
+#: when no freed ``id`` is reused), at every call.
+MISSING = exp.Null()
+
+
 def operands(node: exp.Expression) -> list[exp.Expression]:
-    """The value operands of a node (not its type or unit arguments)."""
+    """The value operands of a node (not its type or unit arguments); a missing CASE
+    branch is :data:`MISSING` (read it, never attach it to a tree)."""
     if isinstance(node, exp.Case):
         out = [i.args.get("true") for i in node.args.get("ifs") or []]
         out.append(node.args.get("default"))
-        return [o if o is not None else exp.Null() for o in out]
+        return [o if o is not None else MISSING for o in out]
     if isinstance(node, exp.Cast):
         return [node.this]
     if isinstance(node, exp.In):
