@@ -152,3 +152,17 @@ def test_the_shape_check_refuses_a_literal_that_reads_back_as_more(monkeypatch):
         bind_parameters("SELECT COUNT(*) FROM t WHERE a = ?", ["1 OR b = 2"])
     with pytest.raises(ParameterError, match="does not read back as a literal"):
         bind_parameters("SELECT COUNT(*) FROM t WHERE a = ?", ["1; SELECT 2"])
+
+
+def test_a_type_error_of_sqlglots_compiled_parser_is_a_parse_error(monkeypatch):
+    """sqlglot[c] raises TypeError on some malformed text (a CAST to a quoted type that
+    holds SQL, for one); dpsql must refuse it as unparsable, not as an internal error."""
+    import dpsql.parse
+    from dpsql.errors import ParseError as DpsqlParseError
+
+    def compiled_like(*args, **kwargs):
+        raise TypeError("sqlglot.expressions.datatypes.DataType object expected")
+
+    monkeypatch.setattr(dpsql.parse, "parse_statements", compiled_like)
+    with pytest.raises(DpsqlParseError, match="cannot parse SQL"):
+        dpsql.parse.parse("SELECT SUM(CAST(age AS \"INT) AS x\")) FROM pums")
