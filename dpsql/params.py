@@ -81,20 +81,52 @@ def _spliced(sql: str, spans: list[tuple[int, int]], literals: list[str]) -> str
     return "".join(out)
 
 
-def _literal(value: Any, position: int) -> exp.Expression:
+def _literal(value: Any, position: int) -> str:
+    """The DuckDB text of ``value`` as a literal of the value DuckDB's own binding gives.
+
+    Floats are written with an exponent (``0.1e0``), which DuckDB reads as DOUBLE (a
+    plain ``0.1`` would be a DECIMAL, and ``0.1 + 0.2 = 0.3`` would hold); ``repr`` keeps
+    every bit, and ``-0.0`` keeps its sign. A Decimal is its exact value cast to the
+    DECIMAL type DuckDB's binding gives it, or, past 38 digits, the DOUBLE DuckDB binds
+    it to. A time with a time zone keeps it (TIMETZ). Integers are exact;
+    their DuckDB type can differ where DuckDB's binding picks an unsigned type.
+    """
+    if isinstance(value, datetime.time) and value.tzinfo is not None:
+        return f"CAST('{value.isoformat()}' AS TIMETZ)"
     if value is None or isinstance(value, bool | str | datetime.date | datetime.time):
-        return exp.convert(value)
+        return exp.convert(value).sql(dialect="duckdb")
     if isinstance(value, numbers.Integral):
-        return exp.convert(int(value))
+        return str(int(value))
     if isinstance(value, decimal.Decimal | numbers.Real):
         finite = value.is_finite() if isinstance(value, decimal.Decimal) else math.isfinite(value)
         if not finite:
             raise ParameterValueError(f"parameter {position}: {value!r} is not a finite number")
-        return exp.convert(value if isinstance(value, decimal.Decimal) else float(value))
+        if isinstance(value, decimal.Decimal):
+            width, scale = _decimal_type(value)
+            if width <= 38:
+                return f"CAST({format(value, 'f')} AS DECIMAL({width}, {scale}))"
+            value = float(value)
+        text = repr(float(value))
+        return text if "e" in text else text + "e0"
     raise ParameterError(
         f"parameter {position}: values of type {type(value).__name__} cannot be bound; "
         "use None, bool, int, float, Decimal, str, date, time or datetime"
     )
+
+
+def _decimal_type(value: decimal.Decimal) -> tuple[int, int]:
+    """The DECIMAL(width, scale) DuckDB's own binding gives ``value`` (read off DuckDB
+    2.0: ``0.5`` is (1, 1), ``0.05`` (3, 2), ``0.1000`` (4, 4), ``1E+2`` (3, 0)); past a
+    width of 38 DuckDB binds a DOUBLE.
+
+    >>> _decimal_type(decimal.Decimal("0.05")), _decimal_type(decimal.Decimal("12.5"))
+    ((3, 2), (3, 1))
+    """
+    digits, exponent = len(value.as_tuple().digits), value.as_tuple().exponent
+    if exponent >= 0:
+        return digits + exponent, 0
+    scale = -exponent
+    return (digits if digits >= scale else scale + 1), scale
 
 
 def bind_parameters(sql: str, parameters: Sequence[Any] | None) -> str:
@@ -138,16 +170,30 @@ def bind_parameters(sql: str, parameters: Sequence[Any] | None) -> str:
         )
     if not holders:
         return sql
+    _refuse_non_values(holders)
     spans = _qmarks(sql)
     if len(spans) != len(holders):
         raise ParameterError(
             f"cannot bind parameters: {len(spans)} '?' tokens but {len(holders)} placeholders "
             "in the parsed query")
-    literals = [_literal(value, position).sql(dialect="duckdb")
-                for position, value in enumerate(parameters, 1)]
+    literals = [_literal(value, position) for position, value in enumerate(parameters, 1)]
     bound = _spliced(sql, spans, literals)
     _check_binding(tree, bound)
     return bound
+
+
+#: Where a ``?`` would not stand for a value: a name's part (``t.?``, which sqlglot reads
+#: as a column named by the value), a GROUP BY or ORDER BY item (a literal there is an
+#: output's position). DuckDB refuses a parameter in all of these.
+_NOT_VALUES = (exp.Column, exp.Dot, exp.Table, exp.Group, exp.Ordered)
+
+
+def _refuse_non_values(holders: list[exp.Expression]) -> None:
+    for holder in holders:
+        if isinstance(holder.parent, _NOT_VALUES):
+            raise ParameterError(
+                "a '?' can only stand for a value, not for a name or a GROUP BY or ORDER "
+                "BY item; write the name or the position in the SQL")
 
 
 def _check_binding(tree: exp.Expression, bound: str) -> None:

@@ -413,9 +413,9 @@ class DuckDBBackend(Backend):
         deadline = time.monotonic() + timeout if timeout > 0 else float("inf")
         ended: BaseException | None = None
         timed_out = False
-        job = None
+        job = Job(lambda: self._run(statement))  # before the try: _stop always has it
         try:
-            job = self._worker.submit(lambda: self._run(statement))
+            self._worker.put(job)
             # a timed wait: _thread.interrupt_main() sets Python's flag without a signal,
             # so an untimed one would not notice it until the query ended
             while not job.done.wait(0.05):
@@ -424,8 +424,7 @@ class DuckDBBackend(Backend):
                     break
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after the cleanup
             ended = exc
-        if job is not None:
-            self._stop(job)
+        self._stop(job)
         if ended is not None:
             if isinstance(ended, KeyboardInterrupt):
                 raise QueryCancelled() from None

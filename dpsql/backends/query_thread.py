@@ -77,12 +77,15 @@ class Job:
 class _Life:
     """One thread's queue, and whether it has ended (set under its owner's lock)."""
 
-    __slots__ = ("jobs", "pid", "ended")
+    __slots__ = ("jobs", "pid", "ended", "promised")
 
     def __init__(self):
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         self.pid = os.getpid()
         self.ended = False
+        # ready() promised a job: the thread waits for it however long it takes (a
+        # slow charge), so that no thread is started after the charge
+        self.promised = False
 
 
 class QueryThread:
@@ -99,16 +102,23 @@ class QueryThread:
             else None
 
     def ready(self) -> None:
-        """Starts the thread unless it runs (raises what ``Thread.start`` raises)."""
+        """Starts the thread unless it runs, and keeps it for the next :meth:`put`
+        (raises what ``Thread.start`` raises)."""
         with self._lock:
-            if self._running() is None:
-                self._start()
+            (self._running() or self._start()).promised = True
+
+    def put(self, job: Job) -> None:
+        """Queues ``job`` on the thread (started now if it is not running: not after a
+        :meth:`ready`, which keeps it running until this)."""
+        with self._lock:
+            life = self._running() or self._start()
+            life.jobs.put(job)
+            life.promised = False
 
     def submit(self, run: Callable[[], Any]) -> Job:
-        """Queues ``run`` on the thread (started now if it is not running)."""
+        """Queues ``run`` on the thread; the job."""
         job = Job(run)
-        with self._lock:
-            (self._running() or self._start()).jobs.put(job)
+        self.put(job)
         return job
 
     def _start(self) -> _Life:
@@ -140,7 +150,7 @@ def _serve(life: _Life, lock: threading.Lock) -> None:
             job = life.jobs.get(timeout=IDLE_SECONDS)
         except queue.Empty:
             with lock:
-                if life.jobs.empty():
+                if life.jobs.empty() and not life.promised:
                     life.ended = True
                     return
             continue

@@ -28,6 +28,9 @@ from dpsql.params import bind_parameters
 # a '-' just before the '?', no spaces around it).
 NUMERIC = [
     "SELECT ? AS v",
+    "SELECT typeof(?) AS v",
+    "SELECT ? + ? AS v",
+    "SELECT atan2(?, -1) AS v",
     "SELECT 1-? AS v",
     "SELECT 1 - -? AS v",
     "SELECT ?*2 AS v",
@@ -54,17 +57,15 @@ finite = st.floats(allow_nan=False, allow_infinity=False)
 numbers = st.one_of(st.integers(-(2**62), 2**62), finite,
                     st.decimals(allow_nan=False, allow_infinity=False, places=4,
                                 min_value=-(10**12), max_value=10**12),
+                    st.decimals(allow_nan=False, allow_infinity=False),  # exponents
                     st.booleans(), st.none())
 texts = st.text(alphabet=st.sampled_from(list("ab?'\"\\;-/*$:%_ \n\t\u00e9\u4e2d0x")), max_size=12)
 
 
 def _same(bound, expected):
-    if isinstance(expected, float) and isinstance(bound, float | int | decimal.Decimal):
-        return math.isclose(float(bound), expected, rel_tol=1e-12, abs_tol=1e-300) or (
-            math.isnan(expected) and math.isnan(float(bound)))
-    if isinstance(expected, decimal.Decimal | int) and isinstance(bound, float):
-        return math.isclose(bound, float(expected), rel_tol=1e-12)
-    return bound == expected
+    if isinstance(expected, float) and isinstance(bound, float):
+        return bound == expected and math.copysign(1, bound) == math.copysign(1, expected)
+    return bound == expected and type(bound) is type(expected)
 
 
 def _check(db, template, values):
@@ -110,10 +111,39 @@ def test_strings_bind_as_duckdb_binds_them(db, template, a, b):
 @pytest.mark.parametrize("value", [
     datetime.date(2020, 1, 2), datetime.datetime(2020, 1, 2, 3, 4, 5),
     datetime.time(23, 59, 1), datetime.date(1, 1, 1),
+    datetime.datetime(2020, 1, 2, 3, 4, 5, 123456),
+    datetime.datetime(2020, 1, 2, 3, 4, 5, tzinfo=datetime.timezone(datetime.timedelta(hours=2))),
+    datetime.time(1, 2, 3, 4), datetime.time(1, 2, tzinfo=datetime.timezone.utc),
 ])
 def test_dates_bind_as_duckdb_binds_them(db, value):
-    for template in ("SELECT ? AS v", "SELECT (?) AS v", "SELECT [?][1] AS v"):
+    for template in ("SELECT ? AS v", "SELECT (?) AS v", "SELECT [?][1] AS v",
+                     "SELECT typeof(?) AS v"):
         _check(db, template, [value])
+
+
+@pytest.mark.parametrize(("template", "values"), [
+    # attack review: a float bound as a DECIMAL literal, -0.0 losing its sign, a
+    # Decimal with an exponent bound as a DOUBLE
+    ("SELECT ? + ? = 0.3 AS v", [0.1, 0.2]),
+    ("SELECT atan2(?, -1) AS v", [-0.0]),
+    ("SELECT ? - 123456789012345678900 AS v", [decimal.Decimal("12345678901234567891E+1")]),
+    ("SELECT ? > 0.0000001 AS v", [decimal.Decimal("1.00000000000000000001E-7")]),
+    ("SELECT typeof(?) AS v", [decimal.Decimal("1E+40")]),
+    ("SELECT typeof(?) AS v", [decimal.Decimal("-0.00")]),
+])
+def test_values_keep_duckdbs_meaning(db, template, values):
+    _check(db, template, values)
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT SUM(pums.?) AS s FROM pums",     # a column named by the value
+    "SELECT SUM(main.pums.?) AS s FROM pums",
+    "SELECT COUNT(*) FROM pums GROUP BY ?",  # a position
+    "SELECT sex, COUNT(*) FROM pums GROUP BY sex ORDER BY ? DESC",
+])
+def test_a_value_cannot_become_a_name_or_a_position(sql):
+    with pytest.raises(ParameterError, match="only stand for a value"):
+        bind_parameters(sql, ["income"] if "pums.?" in sql else [1])
 
 
 @pytest.mark.parametrize(("sql", "values", "expected"), [
@@ -147,7 +177,7 @@ def test_the_shape_check_refuses_a_literal_that_reads_back_as_more(monkeypatch):
     # the read-back, not passed on
     import dpsql.params as params
 
-    monkeypatch.setattr(params, "_literal", lambda value, position: params.exp.Var(this=value))
+    monkeypatch.setattr(params, "_literal", lambda value, position: value)
     with pytest.raises(ParameterError, match="does not read back as a literal"):
         bind_parameters("SELECT COUNT(*) FROM t WHERE a = ?", ["1 OR b = 2"])
     with pytest.raises(ParameterError, match="does not read back as a literal"):
