@@ -317,10 +317,10 @@ class Connection(Explaining, Answering):
                    mechanism=mechanism)
         try:
             self._read(ask, sql, params, alpha, intervals, bias_check)
-            # a cached answer, a schema probe, an AVG from a cached SUM and COUNT, a plan
             found = self._averaged(ask, self._cached(ask) or self._prepared(ask))
-            if isinstance(found, Result):
+            if isinstance(found, Result):  # cached, a schema probe, an AVG from SUM, COUNT
                 return found
+            self._backend.ready()  # what running needs, before the charge (Backend.ready)
         except DpsqlError as exc:
             self._ledger.refuse(self._dataset, self._analyst, ask.text,
                                 f"{type(exc).__name__}: {exc}")

@@ -56,6 +56,12 @@ def parse(sql: str, max_length: int = MAX_SQL_LENGTH) -> exp.Expression:
         raise ParseError(f"cannot tokenize SQL: {exc}") from None
     except RecursionError:
         raise UnsupportedQueryError("SQL is nested too deeply to parse") from None
+    except TypeError:
+        # sqlglot's compiled build (sqlglot[c], loaded whenever it is installed) checks
+        # node types at run time and raises TypeError on some malformed text that the
+        # pure-Python build reads as a ParseError or a tree dpsql refuses later
+        raise ParseError("cannot parse SQL: an expression is not valid where it stands") \
+            from None
     if not statements:
         raise UnsupportedQueryError("empty SQL: send one SELECT statement")
     if len(statements) > 1:

@@ -291,3 +291,25 @@ def test_scale_sizes_parse_suffixes():
     assert parse("1e6,20k,100_000") == [20_000, 100_000, 1_000_000]
     with pytest.raises(Exception, match="positive"):
         parse("0")
+
+
+def test_l0_cost_probe_strips_only_the_l0_step():
+    """``python -m benchmarks.l0_cost``'s no-L0 SQL drops the ``max_groups`` step and
+    nothing else: on the resampled PUMS (one group per person) it returns what dpsql's
+    SQL returns, and the probe prints one line per query asked."""
+    from benchmarks import l0_cost
+
+    workload = get_workload("pums_dup")
+    path = workload.database(10_000)
+    conn = measure.open_private(path, workload.catalog(10_000))
+    plain = measure.open_plain(path)
+    try:
+        for q in workload.queries:
+            v = l0_cost.sql_variants(conn, q)
+            assert "__over" not in v["no_l0"] and "__bounded" not in v["no_l0"], q.name
+            assert sorted(plain.execute(v["sql"]).fetchall()) == sorted(
+                plain.execute(v["no_l0"]).fetchall()), q.name
+    finally:
+        conn.close()
+        plain.close()
+    assert l0_cost.main(["--size", "10000", "--runs", "1", "count_by_sex"]) == 0

@@ -323,7 +323,7 @@ def test_backslashes_in_parameters_are_refused_free(connect):
 def test_bind_parameters_goes_through_sqlglot():
     sql = dbapi.bind_parameters("SELECT COUNT(*) FROM t WHERE a = ? AND b = ? AND c = ?",
                                 ["it's", None, -2.5])
-    assert sql == "SELECT COUNT(*) FROM t WHERE a = 'it''s' AND b = NULL AND c = -2.5"
+    assert sql == "SELECT COUNT(*) FROM t WHERE a = 'it''s' AND b = NULL AND c = (-2.5e0)"
     assert dbapi.bind_parameters("SELECT COUNT(*) FROM t WHERE a = '?'", None) == (
         "SELECT COUNT(*) FROM t WHERE a = '?'")
     dated = dbapi.bind_parameters("SELECT COUNT(*) FROM t WHERE d > ?", [datetime.date(2020, 1, 2)])

@@ -91,6 +91,14 @@ def run_failed(backend: str, exc: BaseException | str, sql: str | None) -> Backe
     return _error(RUN_FAILED, charged=True)
 
 
+def not_ready(backend: str, exc: BaseException) -> BackendError:
+    """The error for a backend that could not get ready to run a query (before the
+    charge: nothing charged), e.g. a process out of threads."""
+    log_failure(backend, "start", exc)
+    return _error("the database could not get ready to run the query (the owner's log "
+                  "says why); nothing was charged, try again", charged=False)
+
+
 def not_one_select(backend: str, stage: str, detail: str, sql: str) -> BackendError:
     """The error for SQL text that is not exactly one SELECT statement, sent nowhere.
 

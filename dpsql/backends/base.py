@@ -236,6 +236,15 @@ class Backend(ABC):
         """String columns of ``table`` whose equality is not byte-exact (lower-case)."""
         return set()
 
+    def ready(self) -> None:
+        """Acquires what running a query needs, before the query is charged.
+
+        Called just before the charge: what fails here refuses the query for free, so
+        :meth:`execute` after the charge does not fail for want of it (the DuckDB
+        backend starts the thread its statements run on). Nothing by default.
+        """
+        return None
+
     @abstractmethod
     def execute(self, expression: exp.Expression) -> tuple[list[str], list[tuple]]:
         """Runs one rewritten query; returns its column names and rows."""

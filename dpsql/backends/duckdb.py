@@ -57,6 +57,7 @@ from sqlglot import exp
 from dpsql.backends import _boundary
 from dpsql.backends.base import Backend
 from dpsql.backends.duckdb_total import TOTAL
+from dpsql.backends.query_thread import Job, QueryThread
 from dpsql.errors import BackendError, QueryCancelled
 from dpsql.limits import Limits
 
@@ -120,6 +121,7 @@ class DuckDBBackend(Backend):
             self._con = self._open_file(Path(database))
             self.name = str(database)
         self._lock = threading.Lock()
+        self._worker = QueryThread("dpsql-duckdb-query")
         self._collations: dict[str, set[str]] = {}
         self._schema_version: str | None = None
         self._columns: dict[str, dict[str, str] | None] = {}
@@ -399,71 +401,64 @@ class DuckDBBackend(Backend):
             return exc
 
     def _run_watched(self, statement):
-        """:meth:`_run` on a worker thread while this thread waits for it; returns
+        """:meth:`_run` on the connection's query thread (:mod:`.query_thread`, started
+        by :meth:`ready` before the charge) while this thread waits for it; returns
         (outcome, timed out).
 
         The wait ends the query (``interrupt()``) when the owner's statement timeout
         passes, and on ``KeyboardInterrupt`` (DuckDB stops within milliseconds; then
-        :class:`QueryCancelled`). Whatever ends the wait — Ctrl-C while the thread is
-        starting, a second Ctrl-C, ``SystemExit`` — the worker is interrupted until it
-        has stopped before this returns or raises: no query runs on after its charge
-        is settled, and the connection is free for the next one. The worker returns
+        :class:`QueryCancelled`). Whatever ends the wait — Ctrl-C before the job began,
+        a second Ctrl-C, ``SystemExit`` — the job is cancelled if it has not begun, else
+        interrupted until it has stopped, before this returns or raises: no query runs
+        on after its charge is settled, and the connection is free for the next one.
+        The thread returns
         every exception instead of raising it (``threading.excepthook`` would print it,
         backend text included, on the analyst's terminal).
         """
-        box: list = []
-        started, done = threading.Event(), threading.Event()
-
-        def work() -> None:
-            started.set()
-            try:
-                box.append(self._run(statement))
-            except BaseException as exc:  # noqa: BLE001 - returned, never printed
-                box.append(exc)
-            finally:
-                done.set()
-
-        # Events, not Thread.join: a join interrupted by KeyboardInterrupt marks the
-        # thread as stopped while it still runs (CPython before 3.13)
-        worker = threading.Thread(target=work, name="dpsql-duckdb-query", daemon=True)
         timeout = self.limits.statement_timeout_seconds
         deadline = time.monotonic() + timeout if timeout > 0 else float("inf")
         ended: BaseException | None = None
         timed_out = False
+        job = Job(lambda: self._run(statement))  # before the try: _stop always has it
         try:
-            worker.start()
+            self._worker.put(job)
             # a timed wait: _thread.interrupt_main() sets Python's flag without a signal,
             # so an untimed one would not notice it until the query ended
-            while not done.wait(0.05):
+            while not job.done.wait(0.05):
                 if time.monotonic() > deadline:
                     timed_out = True
                     break
         except BaseException as exc:  # noqa: BLE001 - re-raised below, after the cleanup
             ended = exc
-        self._stop(started, done)
+        self._stop(job)
         if ended is not None:
             if isinstance(ended, KeyboardInterrupt):
                 raise QueryCancelled() from None
             raise ended
-        return (box[0] if box else None), timed_out
+        return job.result, timed_out
 
-    def _stop(self, started: threading.Event, done: threading.Event) -> None:
-        """Interrupts the worker until it has finished (or it never started)."""
-        since = time.monotonic()
-        while not done.is_set():
+    def _stop(self, job: Job) -> None:
+        """Interrupts the job until it has finished (a job not yet begun never will)."""
+        while not job.done.is_set():
             try:
-                if started.is_set():
-                    # again and again: an interrupt() that lands before the statement
-                    # begins is not kept for it
-                    self._con.interrupt()
-                elif time.monotonic() - since > 2.0:
-                    return  # Thread.start() was interrupted before the thread existed
-                done.wait(0.05)
+                if job.cancel():
+                    return
+                # again and again: an interrupt() that lands before the statement
+                # begins is not kept for it
+                self._con.interrupt()
+                job.done.wait(0.05)
             except KeyboardInterrupt:  # another Ctrl-C: keep stopping it
                 continue
 
+    def ready(self) -> None:
+        try:
+            self._worker.ready()
+        except RuntimeError as exc:  # the process is out of threads
+            raise _boundary.not_ready(self.name, exc) from None
+
     def close(self) -> None:
         with self._lock:
+            self._worker.close()
             self._con.close()
 
 

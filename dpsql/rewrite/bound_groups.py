@@ -36,6 +36,25 @@ found without the aggregate over all users: it is the users with a row at every
 combination, a chain of semi-joins each building a hash table over one combination's
 rows only (:func:`_over_by_cover`; on 1M people grouped by ``sex`` with ``max_groups``
 1 it takes the query from about 1.5× to 1.2× the floor without the L0 step).
+
+Where the time goes, and what did not help (DuckDB 2.0, resampled PUMS with
+``max_groups`` 1, 1M people, process CPU over the floor, ``python -m
+benchmarks.l0_cost``, 2026-11-27): dpsql's per-user aggregate costs the floor's (0.93–1.05×);
+the L0 step is all of the rest, and in it materialising ``__per_user`` and the
+semi/anti-joins cost about 0.03; finding ``__over`` costs 0.25 (cover) to 0.4–0.55
+(aggregate). Measured instead of ``__over``'s aggregate and rejected (the L0 step's
+share with each, against 0.4 on ``income_by_race``): a self semi-join on ``__uid`` with
+``__k0 <>`` (0.85), a self join with ``DISTINCT`` (0.75),
+``HAVING MIN(__k0) < MAX(__k0)`` (0.55), ``COUNT(*) OVER (PARTITION BY __uid)`` in the
+per-user step (1.25). Measured instead of the window: ``GROUP BY __uid`` with one
+``arg_min(col, hash)`` per column (3.3× the floor), the window over everyone (2.2×).
+Grouping the first aggregate by the user alone, with the key and a one-group flag as
+aggregates, costs about 0.17 per extra aggregate: with ``MIN``/``MAX`` it is no cheaper
+than ``__over``; with one ``BIT_OR`` of a one-hot of the key combination (≤ 62
+combinations) it saved 0.1–0.2 (1.45× → 1.33× at 1M, 1.40× → 1.21× at 10M on
+``income_by_race``) but lost to the cover (1.21× → 1.36× on ``count_by_sex``); not
+adopted: it helps only the aggregate case with small integer domains, SQLite has no
+``BIT_OR``, and the gain is near this machine's noise at 1M.
 """
 
 from __future__ import annotations
