@@ -113,7 +113,7 @@ def test_strings_bind_as_duckdb_binds_them(db, template, a, b):
     datetime.time(23, 59, 1), datetime.date(1, 1, 1),
     datetime.datetime(2020, 1, 2, 3, 4, 5, 123456),
     datetime.datetime(2020, 1, 2, 3, 4, 5, tzinfo=datetime.timezone(datetime.timedelta(hours=2))),
-    datetime.time(1, 2, 3, 4), datetime.time(1, 2, tzinfo=datetime.timezone.utc),
+    datetime.time(1, 2, 3, 4), datetime.time(1, 2, tzinfo=datetime.UTC),
 ])
 def test_dates_bind_as_duckdb_binds_them(db, value):
     for template in ("SELECT ? AS v", "SELECT (?) AS v", "SELECT [?][1] AS v",
