@@ -15,8 +15,9 @@ not what keeps a data-only key from being released (the noise stage is).
 
 **Where the filter goes.** In WHERE by default. Where the rows are joined
 (``FROM a JOIN b``) and the key is a plain column of a private table whose domain holds
-only whole numbers, strings, booleans and dates, it goes in HAVING instead, as a test of the group's key
-(the per-user step folds it into its own HAVING, :mod:`dpsql.rewrite.per_user_aggregate`):
+only whole numbers, strings, booleans and dates, it goes in HAVING instead, as a test
+of the group's key (the per-user step folds it into its own HAVING,
+:mod:`dpsql.rewrite.per_user_aggregate`):
 DuckDB counts every WHERE conjunct as a filter of its own when it estimates a join's
 sides, and the extra ones made TPC-H q1's lineitem look smaller than orders, so the
 hash table was built over lineitem (q1 at sf 0.1: 2.2-2.7x its floor with the filter in
