@@ -141,3 +141,24 @@ def test_bounded_statistics_equal_on_duckdb(sql, engines, monkeypatch):
 def test_single_table_keeps_where():
     tree = _rewrite("SELECT race, COUNT(*) FROM pums_dup GROUP BY race", 1)
     assert tree.args.get("having") is None and "BETWEEN 1 AND 6" in tree.args["where"].sql()
+
+
+DERIVED = ("SELECT n, COUNT(*) FROM (SELECT pid, COUNT(*) AS n FROM pums_dup GROUP BY pid) "
+           "AS t GROUP BY n")
+
+
+def test_derived_table_drops_the_null_user_after_grouping(engines):
+    """A derived table in FROM takes the joined form (``HAVING COUNT(uid) > 0``,
+    :mod:`dpsql.rewrite.per_user_aggregate`); it keeps exactly the rows of the row
+    filter ``WHERE NOT uid IS NULL``, and no NULL user (the data hold NULL pids)."""
+    moved = _per_user(DERIVED)
+    old = moved.copy()
+    old.set("having", None)
+    old = old.where(exp.Not(this=exp.Is(this=exp.column("pid"), expression=exp.Null())))
+    for name, run in engines.items():
+        dialect = "postgres" if name == "postgres" else name
+        a = _sorted(run(moved.sql(dialect=dialect)))
+        assert a and all(r[0] is not None for r in a), name
+        assert a == _sorted(run(old.sql(dialect=dialect))), name
+    assert moved.args["having"].this.sql() == "COUNT(pid) > 0"
+    assert "IS NULL" not in moved.args["where"].sql()
