@@ -58,10 +58,14 @@ class Sum(StatisticRule):
         return exp.Sum(this=self.value(stat, stat.arg.copy()))
 
     def clamp(self, stat, aggregate):
+        """Clamps the summed per-row value into the statistic's bounds, unless every
+        value it can take already lies inside them (:func:`literal_values_within`)."""
         if not isinstance(aggregate, exp.Sum):
             return
-        clamped = clamp(self.argument(stat, aggregate), stat.interval.lower,
-                        stat.interval.upper, stat.nullable)
+        arg = self.argument(stat, aggregate)
+        if literal_values_within(arg, stat.interval.lower, stat.interval.upper):
+            return
+        clamped = clamp(arg, stat.interval.lower, stat.interval.upper, stat.nullable)
         aggregate.set("this", self.value(stat, clamped))
 
     def partial(self, stat, aggregate, max_rows):
@@ -90,6 +94,59 @@ class Sum(StatisticRule):
 
 
 SUM = Sum()
+
+
+def literal_values_within(value: exp.Expression, lower: float, upper: float) -> bool:
+    """Whether every value of ``value`` is NULL or a whole-number literal in
+    ``[lower, upper]``, with whole-number bounds: a literal, or a searched CASE whose every
+    THEN and ELSE is one (no ELSE: NULL), as in ``SUM(CASE WHEN ... THEN 1 ELSE 0 END)``.
+
+    Then the clamp changes nothing and is left out (TPC-H q12 at sf 1: 1.26x -> 1.16x its
+    floor). ``LEAST(GREATEST(v, L), U)`` is ``v`` for ``L <= v <= U``; the NULL-keeping
+    clamp (:func:`dpsql.sqlbuild.clamp`) maps NULL to NULL; the clamped row value is thus
+    the value itself on every row and every engine. Its type does not change either:
+    integer literals and whole bounds, written as integers (:func:`number`), make the
+    clamp's LEAST/GREATEST an integer of the CASE's own type. The WHEN conditions are
+    evaluated the same way with or without the clamp around them. Anything else (a
+    column, arithmetic, a fraction, a branch outside the bounds) keeps the clamp.
+
+    >>> from sqlglot import parse_one
+    >>> literal_values_within(parse_one("CASE WHEN a = 1 THEN 1 ELSE 0 END"), 0, 1)
+    True
+    >>> literal_values_within(parse_one("CASE WHEN a = 1 THEN 2 END"), 0, 1)
+    False
+    >>> literal_values_within(parse_one("CASE WHEN a = 1 THEN a ELSE 0 END"), 0, 1)
+    False
+    """
+    if not (math.isfinite(lower) and math.isfinite(upper)
+            and float(lower).is_integer() and float(upper).is_integer()):
+        return False
+    inner = value
+    while isinstance(inner, exp.Paren):
+        inner = inner.this
+    if isinstance(inner, exp.Case):
+        if inner.this is not None:  # CASE x WHEN ...: compares, still literal branches
+            return False
+        branches = [i.args.get("true") for i in inner.args.get("ifs") or []]
+        default = inner.args.get("default")
+        return bool(branches) and all(
+            b is not None and _whole_literal_within(b, lower, upper) for b in branches) \
+            and (default is None or _whole_literal_within(default, lower, upper))
+    return _whole_literal_within(inner, lower, upper)
+
+
+def _whole_literal_within(node: exp.Expression, lower: float, upper: float) -> bool:
+    sign = 1
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Neg):
+        sign, node = -1, node.this
+    if isinstance(node, exp.Null):
+        return True
+    if not isinstance(node, exp.Literal) or node.is_string or not node.this.isdigit() \
+            or len(node.this) > 15:
+        return False
+    return lower <= sign * int(node.this) <= upper
 
 
 class SumFamily(Direct):
