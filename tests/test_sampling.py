@@ -73,3 +73,30 @@ def test_rational_scale_rounds_up_within_precision():
         t, s = rational_scale(scale)
         assert t / s >= scale
         assert t / s <= scale * (1 + 2**-19)
+
+
+def _small_draws(t, s, total=200_000, n=40):
+    """``total`` draws made ``n`` at a time: the Python path of a query's few groups."""
+    from dpsql.mechanisms.sampling import SMALL
+
+    assert n <= SMALL
+    return np.concatenate([discrete_laplace(n, t, s) for _ in range(total // n)])
+
+
+@pytest.mark.parametrize("scale", [0.4, 3.0, 25.0])
+def test_discrete_laplace_of_few_draws_matches_its_pmf(scale):
+    t, s = rational_scale(scale)
+    sample = _small_draws(t, s)
+    width = max(5, int(scale * 6))
+    edges = list(range(-width, width + 1))
+    assert chi_square_p(sample, dlap_probabilities(t, s, edges), edges) > 1e-6
+
+
+@pytest.mark.parametrize("scale", [3.0, 25.0])
+def test_chi_square_rejects_a_wrong_scale_of_few_draws(scale):
+    t, s = rational_scale(scale)
+    sample = _small_draws(t, s)
+    width = max(5, int(scale * 6))
+    edges = list(range(-width, width + 1))
+    wrong = rational_scale(scale * 1.1)
+    assert chi_square_p(sample, dlap_probabilities(*wrong, edges), edges) < 1e-6

@@ -86,10 +86,15 @@ def bernoulli_exp(num: np.ndarray, den: np.ndarray | int) -> np.ndarray:
 def discrete_laplace(n: int, t: int, s: int = 1) -> np.ndarray:
     """``n`` draws of the discrete Laplace distribution of scale ``t/s`` (CKS Alg. 2).
 
-    ``P(Z = z) = (1 − q)/(1 + q) · q^|z|`` with ``q = exp(−s/t)``.
+    ``P(Z = z) = (1 − q)/(1 + q) · q^|z|`` with ``q = exp(−s/t)``. Up to
+    :data:`SMALL` draws (a query's groups) run the same algorithm one candidate at a
+    time on Python integers (:func:`_discrete_laplace_one_by_one`): numpy's fixed cost
+    per operation is most of the time of a few draws.
     """
     if t < 1 or s < 1:
         raise ValueError("t and s must be positive integers")
+    if n <= SMALL:
+        return _discrete_laplace_one_by_one(n, t, s)
     out = np.empty(n, dtype=np.int64)
     filled = 0
     while filled < n:
@@ -116,6 +121,71 @@ def discrete_laplace(n: int, t: int, s: int = 1) -> np.ndarray:
         out[filled:filled + z.size] = z
         filled += z.size
     return out
+
+
+#: Draws up to which :func:`discrete_laplace` runs on Python integers.
+SMALL = 64
+
+
+class _Words:
+    """Uniform 64-bit words from the CSPRNG, fetched a few hundred at a time."""
+
+    __slots__ = ("_words", "_next")
+
+    def __init__(self) -> None:
+        self._words: list[int] = []
+        self._next = 0
+
+    def __call__(self) -> int:
+        if self._next == len(self._words):
+            self._words = random_words(256).tolist()
+            self._next = 0
+        word = self._words[self._next]
+        self._next += 1
+        return word
+
+
+def _uniform_below_one(m: int, word: _Words) -> int:
+    """:func:`uniform_below` for one ``m`` (same rejection rule)."""
+    limit = (0xFFFF_FFFF_FFFF_FFFF // m) * m
+    while True:
+        w = word()
+        if w < limit:
+            return w % m
+
+
+def _bernoulli_exp_one(num: int, den: int, word: _Words) -> bool:
+    """:func:`bernoulli_exp` for one ``num/den`` in [0, 1] (same K, same parity rule)."""
+    k = 1
+    while _uniform_below_one(den * k, word) < num:  # Bernoulli(num / (den·k)) = 1
+        k += 1
+    return k % 2 == 1
+
+
+def _discrete_laplace_one_by_one(n: int, t: int, s: int) -> np.ndarray:
+    """:func:`discrete_laplace`'s algorithm, one candidate after another.
+
+    The same steps on the same integers as the vectorised rounds (CKS Algorithm 2):
+    ``U`` uniform below ``t`` kept with probability ``exp(−U/t)``; ``V`` the number of
+    successes of ``Bernoulli(exp(−1))`` before the first failure; ``Y = (U + t·V) // s``;
+    a fair sign, with "negative zero" rejected. Each kept candidate is an independent
+    draw of the distribution, so ``n`` of them in turn are ``n`` i.i.d. draws.
+    """
+    word = _Words()
+    out: list[int] = []
+    while len(out) < n:
+        u = _uniform_below_one(t, word)
+        if not _bernoulli_exp_one(u, t, word):
+            continue
+        v = 0
+        while _bernoulli_exp_one(1, 1, word):
+            v += 1
+        y = (u + t * v) // s
+        negative = _uniform_below_one(2, word) < 1
+        if negative and y == 0:
+            continue
+        out.append(-y if negative else y)
+    return np.array(out, dtype=np.int64)
 
 
 def rational_scale(scale: float) -> tuple[int, int]:
