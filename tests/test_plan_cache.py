@@ -281,3 +281,17 @@ def test_postgres_schema_change_drops_cached_plans(postgres_url):
         with admin.begin() as c:
             c.exec_driver_sql("DROP TABLE IF EXISTS small_t")
         admin.dispose()
+
+
+def test_a_cached_plans_split_table_is_a_fresh_copy_each_time(connect):
+    """The split table is kept per plan (answering.split_table); what one Result's
+    ``split`` is edited into never shows in the next answer's."""
+    conn = connect()
+    sql = "SELECT sex, COUNT(*) AS n, AVG(income) AS a FROM pums GROUP BY sex"
+    first = conn.execute(sql, epsilon=1.0)
+    want = copy.deepcopy(first.split)
+    first.split[0]["epsilon"] = 99.0
+    first.split[0]["feeds"].append("edited")
+    first.split.append({"name": "extra"})
+    assert conn.execute(sql, epsilon=1.0).split == want
+    assert conn.execute(sql, epsilon=1.0, alpha=0.1).split != want  # another alpha
