@@ -60,7 +60,7 @@ from dpsql.keys import (
     scalar_key_type,
     temporal_key_type,
 )
-from dpsql.ledger import ALL, BudgetView, Ledger
+from dpsql.ledger import ALL, BudgetView, Ledger, Running
 from dpsql.mechanisms import DEFAULT_MECHANISM
 from dpsql.mechanisms import mechanism as mechanism_family
 from dpsql.normalize import normalize
@@ -204,7 +204,7 @@ class Connection(Explaining, Answering):
         try:
             ledger.bind(self._dataset, database_identity(database))
             self._seed_budgets(budget)
-            self._cap = None if budget is None else (budget, [])
+            self._cap = None if budget is None else (budget, Running())
             self._backend: Backend | None = open_backend(database, limits=self._catalog.limits)
         except BaseException:
             if self._owns_ledger:  # a refused connection leaves no ledger file open

@@ -13,7 +13,7 @@ import dpsql
 from dpsql.accounting import Cost
 from dpsql.datasets import load_pums
 from dpsql.errors import BudgetExhaustedError
-from dpsql.ledger import Ledger
+from dpsql.ledger import Ledger, Running
 from tests.support import NO_POSTGRES, PG_ADMIN_URL, ledger_of
 
 COUNT = "SELECT COUNT(*) FROM pums"
@@ -87,7 +87,7 @@ def test_the_early_refusal_says_what_the_charge_says(db, tmp_path):
     led.set_budget("d", (0.5, 0.0), analyst="alice")
     cases = [("alice", None, Cost(0.75)),        # the analyst's own total
              ("bob", None, Cost(1.5)),           # the data set's total
-             ("bob", ((0.25, 0.0), []), Cost(0.5))]  # the connection's cap
+             ("bob", ((0.25, 0.0), Running()), Cost(0.5))]  # the connection's cap
     for analyst, cap, cost in cases:
         early = led.view("d", analyst, cap).refusal(cost)
         with pytest.raises(BudgetExhaustedError) as info:
@@ -131,3 +131,18 @@ def test_postgresql_outcome_does_not_wait_for_a_charger(pg_ledger, caplog):
     assert led.log()[0]["outcome"] == "answered"
     assert led.verify()["charges"] == 1
     led.close()
+
+
+def test_a_connections_cap_is_a_running_total(tmp_path):
+    """The cap's spend is added up as charges come (ledger.values.Running), not summed
+    over the connection's history at every charge: the same total, bit for bit."""
+    from dpsql.ledger.values import _sum
+
+    led = Ledger(str(tmp_path / "l.sqlite"))
+    led.set_budget("d", (1000.0, 1e-3))
+    cap = ((500.0, 1e-3), Running())
+    costs = [Cost(0.1 * (i % 7) + 0.01, 1e-9 * (i % 3)) for i in range(300)]
+    for cost in costs:
+        led.charge("d", "a", cost, "q", cap)
+    assert cap[1].spent == _sum(costs)
+    assert led.view("d", "a", cap).refusal(Cost(500.0)) is not None

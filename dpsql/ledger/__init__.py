@@ -152,6 +152,7 @@ from dpsql.ledger.settings import (
 )
 from dpsql.ledger.stores import _ledger_error, _Postgres, _SQLite
 from dpsql.ledger.values import (
+    Running,
     _check_accountant,
     _check_cost,
     _check_extra,
@@ -166,6 +167,7 @@ __all__ = [
     "ALL", "ANALYST_ENV", "CATALOG_ENV", "CHARGED_SQL_KEPT", "CHECKPOINT_EVERY",
     "DATABASE_ENV", "FORMAT", "KEY_ENV", "LEDGER_ENV", "LEDGER_ID_ENV", "MAX_NAME",
     "REFUSAL_CAP", "SQL_KEPT", "TIMEOUT_ENV", "VERSION", "BudgetView", "Ledger", "Pins",
+    "Running",
     "apply_database_pin", "apply_pins", "check_analyst", "check_budget", "check_dataset",
     "database_identity", "migrate_v1", "normalise_url", "pinned_catalog", "pins",
     "real_number",

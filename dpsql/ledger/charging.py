@@ -41,7 +41,7 @@ from dpsql.ledger.core import OUTCOME
 from dpsql.ledger.records import _hk, _sha, _storable, _tag
 from dpsql.ledger.schema import _ENTRY_COLUMNS
 from dpsql.ledger.settings import ALL, CHARGED_SQL_KEPT, SQL_KEPT, _log
-from dpsql.ledger.values import _check_cost, _sum
+from dpsql.ledger.values import Running, _check_cost
 from dpsql.text import escape
 
 #: Charges whose outcome this connection remembers by hash (one per query in flight on
@@ -105,7 +105,7 @@ class Charging:
         return eid
 
     def _admission(self, db, dataset: str, analyst: str, cost: Cost,
-                   cap: tuple[tuple[float, float], list[Cost]] | None) -> str | None:
+                   cap: tuple[tuple[float, float], Running] | None) -> str | None:
         """Why ``cost`` does not fit now (None: it fits), read in the caller's transaction.
 
         The one admission rule, for the charge (inside its write transaction, under the
@@ -124,7 +124,7 @@ class Charging:
         if own is not None:
             checks.append((f"analyst {analyst!r}", own[0], self._spent(db, dataset, analyst)))
         if cap is not None:
-            checks.append(("connection", cap[0], _sum(cap[1])))
+            checks.append(("connection", cap[0], cap[1].spent))
         for name, total, so_far in checks:
             acc = Accounting(total, accountant)
             if not acc.fits(so_far.plus(cost)):
@@ -136,7 +136,7 @@ class Charging:
         return None
 
     def charge(self, dataset: str, analyst: str, cost: Cost, sql: str,
-               cap: tuple[tuple[float, float], list[Cost]] | None = None) -> int:
+               cap: tuple[tuple[float, float], Running] | None = None) -> int:
         """Checks and records ``cost`` atomically; returns the charge's id.
 
         One write transaction under the ledger's lock: the admission check
@@ -173,7 +173,7 @@ class Charging:
             while len(self._open_charges) > OPEN_CHARGES:
                 del self._open_charges[next(iter(self._open_charges))]
         if cap is not None:
-            cap[1].append(cost)
+            cap[1].add(cost)
         return eid
 
     def _store_refusal(self, db, dataset: str, analyst: str, sql: Any, detail: str) -> None:

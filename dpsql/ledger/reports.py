@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dpsql.accounting import Accounting, Cost, Spent
 from dpsql.ledger.settings import ALL
-from dpsql.ledger.values import _sum
 
 
 class Reports:
@@ -60,7 +59,7 @@ class BudgetView:
 
     def __init__(self, ledger, dataset: str, analyst: str, cap=None):
         self.ledger, self.dataset, self.analyst = ledger, dataset, analyst
-        self._cap = cap  # (total, list of this connection's costs) or None
+        self._cap = cap  # (total, this connection's running spend) or None
 
     def _limits(self) -> tuple[str, list[tuple[tuple[float, float], Spent]]]:
         out = []
@@ -75,7 +74,7 @@ class BudgetView:
             if own is not None:
                 out.append((own[0], led._spent(db, self.dataset, self.analyst)))
         if self._cap is not None:
-            out.append((self._cap[0], _sum(self._cap[1])))
+            out.append((self._cap[0], self._cap[1].spent))
         return accountant, out
 
     def refusal(self, cost: Cost) -> str | None:

@@ -105,6 +105,29 @@ def _sum(costs: list[Cost]) -> Spent:
     return s
 
 
+class Running:
+    """A connection's spend so far (its cap's part): the running total of its charges.
+
+    The same additions in the same order as :func:`_sum` over its list of costs, so the
+    same floating-point total; but a charge adds one cost instead of adding up the
+    connection's whole history again (which made a long-lived connection's charge time
+    grow with the number of queries it had asked).
+
+    >>> running = Running()
+    >>> running.add(Cost(0.25)); running.add(Cost(0.5))
+    >>> running.spent.basic
+    (0.75, 0.0)
+    """
+
+    __slots__ = ("spent",)
+
+    def __init__(self) -> None:
+        self.spent = NOTHING
+
+    def add(self, cost: Cost) -> None:
+        self.spent = self.spent.plus(cost)
+
+
 def _check_accountant(accountant: str, total: tuple[float, float]) -> None:
     if accountant not in ACCOUNTANTS:
         raise PrivacyParameterError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, "
