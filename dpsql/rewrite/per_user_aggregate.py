@@ -115,6 +115,26 @@ def _both(keys: exp.Expression, known: exp.Expression) -> exp.Expression:
     return exp.Case(ifs=[exp.If(this=keys.copy(), true=known)], default=exp.false())
 
 
+def _filters(expression: exp.Select, plan: Plan) -> tuple[exp.Where | None,
+                                                         exp.Expression | None]:
+    """The per-user step's WHERE and HAVING conditions (module docstring): the NULL
+    user's rows dropped before the grouping from a single table, its groups after it
+    where a join (here or in a derived table in FROM) finds the user; and the key
+    filters restrict_domains moved after the grouping."""
+    where = expression.args.get("where")
+    joined = bool(expression.args.get("joins")) \
+        or not isinstance(expression.args["from_"].this, exp.Table)
+    if not joined:
+        known = exp.Not(this=exp.Is(this=plan.uid.copy(), expression=exp.Null()))
+        where = exp.Where(this=known if not where else exp.And(
+            this=exp.paren(where.this.copy(), copy=False), expression=known))
+    condition = _known(plan) if joined else None
+    having = expression.args.get("having")
+    if having is not None:
+        condition = having.this.copy() if condition is None else _both(having.this, condition)
+    return where, condition
+
+
 def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
     """Splits the statistics query into a per-user CTE and an outer per-group SUM.
 
@@ -166,23 +186,12 @@ def per_user_aggregate(expression: exp.Select, plan: Plan) -> exp.Select:
     inner.set("from_", expression.args["from_"].copy())
     for join in expression.args.get("joins") or []:
         inner.append("joins", join.copy())
-    where = expression.args.get("where")
-    # a join, here or inside a derived table in FROM (module docstring)
-    joined = bool(expression.args.get("joins")) \
-        or not isinstance(expression.args["from_"].this, exp.Table)
-    if not joined:  # no user, no rows: dropped before grouping (module docstring)
-        known = exp.Not(this=exp.Is(this=plan.uid.copy(), expression=exp.Null()))
-        where = exp.Where(this=known if not where else exp.And(
-            this=exp.paren(where.this.copy(), copy=False), expression=known))
+    where, condition = _filters(expression, plan)
     if where:
         inner.set("where", where.copy())
     group = expression.args.get("group")
     keys = [k.copy() for k in group.expressions] if group else []
     inner = inner.group_by(plan.uid.copy(), *keys, copy=False)
-    condition = _known(plan) if joined else None  # the NULL user's groups dropped
-    having = expression.args.get("having")
-    if having is not None:  # the key filters restrict_domains moved after the grouping
-        condition = having.this.copy() if condition is None else _both(having.this, condition)
     if condition is not None:
         inner = inner.having(condition, copy=False)
     if not outer.expressions or all(e.alias_or_name.startswith("__k")
