@@ -5,6 +5,7 @@ A module below both stages, so that the analysis needs nothing of the rewrite.
 
 from __future__ import annotations
 
+import datetime
 import functools
 
 from sqlglot import exp
@@ -54,6 +55,31 @@ def data_type(name: str) -> exp.DataType:
     True
     """
     return _data_type(name).copy()
+
+
+@functools.lru_cache(maxsize=1024)
+def _temporal(value) -> exp.Expression:
+    import sqlglot
+
+    return sqlglot.parse_one(exp.convert(value).sql(dialect="duckdb"), read="duckdb")
+
+
+def constant(value) -> exp.Expression:
+    """``exp.convert(value)``, but a date, timestamp or time is the tree sqlglot reads
+    from its own text (``CAST('2020-01-02' AS DATE)``), not the DateStrToDate node
+    ``exp.convert`` builds: dpsql's memos are keyed by text, and a tree must be judged
+    (typed, guarded) exactly as the parse of its text is.
+
+    >>> import datetime, sqlglot
+    >>> tree = constant(datetime.date(2020, 1, 2))
+    >>> tree == sqlglot.parse_one(tree.sql(dialect="duckdb"), read="duckdb")
+    True
+    >>> constant(3).sql()
+    '3'
+    """
+    if isinstance(value, datetime.date | datetime.time):  # datetime is a date
+        return _temporal(value).copy()
+    return exp.convert(value)
 
 
 def number(value: float) -> exp.Expression:

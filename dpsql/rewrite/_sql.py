@@ -1,5 +1,5 @@
 """The AST builders of :mod:`dpsql.sqlbuild`, under the name the rewrite passes import."""
 
-from dpsql.sqlbuild import clamp, condition, number, table, table_alias
+from dpsql.sqlbuild import clamp, condition, constant, number, table, table_alias
 
-__all__ = ["clamp", "condition", "number", "table", "table_alias"]
+__all__ = ["clamp", "condition", "constant", "number", "table", "table_alias"]

@@ -65,7 +65,7 @@ import math
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
-from dpsql.rewrite._sql import condition, number, table, table_alias
+from dpsql.rewrite._sql import condition, constant, number, table, table_alias
 from dpsql.rewrite.per_user_aggregate import PER_USER, UID
 from dpsql.rewrite.traits import DEFAULT, EngineTraits
 
@@ -213,7 +213,7 @@ def _over_by_cover(plan: Plan, G: int) -> exp.Select | None:
     def at(combo: tuple) -> exp.Expression:
         return exp.and_(*(
             exp.Is(this=exp.column(k.name), expression=exp.Null()) if v is None
-            else exp.EQ(this=exp.column(k.name), expression=exp.convert(v))
+            else exp.EQ(this=exp.column(k.name), expression=constant(v))
             for k, v in zip(plan.keys, combo, strict=True)))
 
     combos = list(itertools.product(*domains))

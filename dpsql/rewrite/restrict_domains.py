@@ -62,6 +62,7 @@ import datetime
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
+from dpsql.rewrite._sql import constant
 
 
 def restrict_domains(expression: exp.Select, plan: Plan) -> exp.Select:
@@ -87,8 +88,8 @@ def restrict_domains(expression: exp.Select, plan: Plan) -> exp.Select:
         singles, runs = _runs(values)
         if singles:
             terms.append(exp.In(this=subject.copy(),
-                                expressions=[exp.convert(v) for v in singles]))
-        terms += [exp.Between(this=subject.copy(), low=exp.convert(lo), high=exp.convert(hi))
+                                expressions=[constant(v) for v in singles]))
+        terms += [exp.Between(this=subject.copy(), low=constant(lo), high=constant(hi))
                   for lo, hi in runs]
         if None in key.domain:
             terms.append(exp.Is(this=subject.copy(), expression=exp.Null()))
