@@ -118,3 +118,18 @@ def test_a_callers_connection_is_typed_every_time(monkeypatch):
         backend.to_sql(_tree())
     assert len(calls) == 2
     con.execute("DROP TABLE t")
+
+
+def test_the_memo_is_bounded_in_characters(backend, monkeypatch):
+    """Attack review: 512 entries of 95 KB queries held about 100 MB; the memo now also
+    keeps at most _FINALS_CHARS characters of texts."""
+    from dpsql.backends import base
+
+    monkeypatch.setattr(base, "_FINALS_CHARS", 2000)
+    for i in range(40):
+        backend.to_sql(parse_one(f"SELECT COUNT(*) AS __s0 FROM t WHERE v > {10**20 + i}",
+                                 read="duckdb"))
+    finals = backend.__dict__["_finals"]
+    held = sum(len(key[0]) + len(final) for key, final in finals.items())
+    assert 0 < len(finals) < 40 and held <= 2000
+    assert held == backend.__dict__["_finals_chars"]

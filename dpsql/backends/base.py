@@ -24,6 +24,13 @@ def _refusal(node: exp.Expression, reason: str) -> Exception:
         "would depend on the data (nothing was charged)")
 
 
+#: Checked trees whose SQL :meth:`Backend.to_sql` remembers by identity: the plan
+#: cache's capacity (:data:`dpsql.plan_cache.CAPACITY`).
+_TREES_KEPT = 256
+#: Characters of final texts (and their trees' texts) :meth:`Backend._total_sql` keeps.
+_FINALS_CHARS = 16 * 2**20
+
+
 class Backend(ABC):
     """One engine that runs rewritten queries."""
 
@@ -110,10 +117,13 @@ class Backend(ABC):
         return self._remember(expression, self._total_sql(expression))
 
     def _remember(self, expression: exp.Expression, sql: str) -> str:
-        """Keeps the checked SQL of a tree for :meth:`to_sql` (at most 512 trees)."""
+        """Keeps the checked SQL of a tree for :meth:`to_sql` (at most
+        :data:`_TREES_KEPT` trees)."""
         memo = self.__dict__.setdefault("_sql_memo", OrderedDict())
         memo[id(expression)] = (expression, sql)
-        while len(memo) > 512:
+        # as many trees as the plan cache keeps (its trees are the ones asked again);
+        # more would only hold dead trees alive with the plan cache off
+        while len(memo) > _TREES_KEPT:
             memo.popitem(last=False)
         return sql
 
@@ -133,7 +143,8 @@ class Backend(ABC):
         """:meth:`to_sql` by the allow-list: type, guard, transform, check (see
         :mod:`dpsql.backends.total`).
 
-        The final text is remembered (at most 512) by the text of the tree it came
+        The final text is remembered (at most 512, of at most :data:`_FINALS_CHARS`
+        characters with their keys' texts) by the text of the tree it came
         from, the schema version (:meth:`_finals_version`; nothing is remembered without
         one) and the catalog's tables and names, and only after every check passed.
         A tree whose own text is such a text (written and checked here, its walk
@@ -192,9 +203,17 @@ class Backend(ABC):
                           names=self.catalog_names, consume=True)
         if key is not None:
             finals = self.__dict__.setdefault("_finals", OrderedDict())
+            size = self.__dict__.get("_finals_chars", 0)
+            old = finals.pop(key, None)
+            size -= 0 if old is None else len(key[0]) + len(old)
             finals[key] = sql
-            while len(finals) > 512:
-                finals.popitem(last=False)
+            size += len(text) + len(sql)
+            # at most 512 texts and _FINALS_CHARS characters: an analyst's stream of
+            # long distinct queries keeps megabytes, not hundreds of them
+            while finals and (len(finals) > 512 or size > _FINALS_CHARS):
+                (dropped, *_), final = finals.popitem(last=False)
+                size -= len(dropped) + len(final)
+            self.__dict__["_finals_chars"] = size
         self._last_sql = (original, sql)
         return sql
 
