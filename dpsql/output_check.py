@@ -140,7 +140,7 @@ def checked_sql(tree: exp.Expression, dialect: str, *,
     allowed, names = _arguments(tables, names)
     problem = _closed(tree, allowed, names)
     if problem is not None:
-        _refuse(dialect, problem, tree.sql(dialect=dialect))
+        _refuse(dialect, problem, _written(tree, dialect))
     sql = tree.sql(dialect=dialect, copy=not (consume and tree.parent is None))
     _check_text(sql, dialect, allowed, names)
     return sql
@@ -189,6 +189,16 @@ def _check_text(sql: str, dialect: str, allowed: set[str] | None, names: set[str
         _PASSED[key] = None
         while len(_PASSED) > _PASSED_MAX:
             _PASSED.popitem(last=False)
+
+
+def _written(tree: exp.Expression, dialect: str) -> str:
+    """A refused tree's text for the owner's log; a tree sqlglot cannot write (a value
+    of the wrong type, a node class it has no writer for: its compiled build raises
+    TypeError, the pure one ValueError) is refused all the same."""
+    try:
+        return tree.sql(dialect=dialect)
+    except Exception as exc:  # noqa: BLE001 - the refusal is the point, not the log line
+        return f"<a tree sqlglot cannot write: {type(exc).__name__}>"
 
 
 def _refuse(dialect: str, problem: str, sql: str) -> NoReturn:

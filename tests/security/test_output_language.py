@@ -25,7 +25,7 @@ from sqlglot import exp
 import dpsql
 import dpsql.rewrite as rewrite_module
 from dpsql.datasets import pums_catalog
-from dpsql.errors import UnsupportedQueryError
+from dpsql.errors import ParseError, UnsupportedQueryError
 from dpsql.output_check import check_sql
 from tests.support import BACKEND_MATRIX as BACKENDS
 from tests.support import backend_of
@@ -71,7 +71,8 @@ INJECTIONS = [
 def test_payloads_sqlglot_writes_verbatim_are_refused_free(refusal_conn, sec, sql):
     out = sec.outcome(refusal_conn, sql, 1.0, 1e-6)
     assert out.kind == sec.REFUSED, out.describe()
-    assert isinstance(out.value, UnsupportedQueryError), out.describe()
+    # sqlglot's compiled build (sqlglot[c]) cannot even parse some of them (a ParseError)
+    assert isinstance(out.value, UnsupportedQueryError | ParseError), out.describe()
     assert refusal_conn.budget.spent == (0.0, 0.0)
     assert "secret" not in str(out.value).lower()
 
