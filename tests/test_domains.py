@@ -376,3 +376,41 @@ def test_evaluation_is_bounded_by_the_owners_limits():
     assert _groups(["age"], "age > 50", Limits(max_domain_inputs=100)) is None
     assert len(_groups(["age"], "age > 50", Limits(max_domain_inputs=101))) == 50
     assert _groups(["age"], "age > 50", Limits(max_domain_work=1000)) is None
+
+
+@pytest.mark.parametrize(("ctype", "domain", "inside", "outside", "sqltype"), [
+    ("float", [0, 1, 2, 3], "1.0", "0.5", "DOUBLE"),
+    ("timestamp", ["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"],
+     "'2024-01-02 00:00:00'", "'2024-01-02 12:00:00'", "TIMESTAMP"),
+])
+def test_a_value_between_domain_values_takes_no_max_groups_place(tmp_path, ctype, domain,
+                                                                inside, outside, sqltype):
+    """Attack review: a run of whole numbers (days) was written BETWEEN whatever the
+    column's type, so a float column's 0.5 (a timestamp's noon) passed the domain filter
+    and made a group that, never released, took one of its user's max_groups places."""
+    import datetime
+
+    from tests.privacy.oracle import fixed_seed
+    from tests.support import checked, prepare
+
+    values = [datetime.date.fromisoformat(v) for v in domain] if ctype == "timestamp" \
+        else domain
+    catalog = {"dataset": "x", "tables": {"b": {
+        "user_key": "uid", "max_groups": 1, "max_rows": 5,
+        "columns": {"uid": {"type": "int"}, "g": {"type": ctype, "values": values}}}}}
+    path = tmp_path / "d.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(f"CREATE TABLE b (uid INTEGER, g {sqltype})")
+    con.execute("INSERT INTO b VALUES " + ", ".join(
+        f"({u}, {outside}), ({u}, {inside})" for u in range(1, 41)))
+    con.close()
+    conn = dpsql.connect(str(path), catalog=catalog, budget=(1e9, 0.9), ledger=":memory:",
+                         plan_cache=False)
+    try:
+        with fixed_seed():
+            plan, expression, backend = prepare(conn, "SELECT g, COUNT(*) FROM b GROUP BY g")
+        expression, _ = checked(conn, plan, expression, backend)
+        _, rows = backend.execute(expression)
+    finally:
+        conn.close()
+    assert [r[1] for r in rows] == [40], rows  # every user's in-domain row, one group

@@ -62,6 +62,7 @@ import datetime
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
+from dpsql.errors import DpsqlError
 from dpsql.rewrite._sql import constant
 
 
@@ -85,7 +86,7 @@ def restrict_domains(expression: exp.Select, plan: Plan) -> exp.Select:
         subject = key.expr if isinstance(key.expr, exp.Column) else exp.paren(key.expr)
         values = [v for v in key.domain if v is not None]
         terms: list[exp.Expression] = []
-        singles, runs = _runs(values)
+        singles, runs = _runs(values) if _whole(key, plan) else (values, [])
         if singles:
             terms.append(exp.In(this=subject.copy(),
                                 expressions=[constant(v) for v in singles]))
@@ -123,7 +124,8 @@ def _after_grouping(expression: exp.Select, key, plan: Plan) -> bool:
     in WHERE, 1.10x in HAVING, where every (user, nation) group tests it).
     """
     if not expression.args.get("joins") or not isinstance(key.expr, exp.Column) \
-            or not all(type(v) in _EXACT for v in key.domain if v is not None):
+            or not all(type(v) in _EXACT for v in key.domain if v is not None) \
+            or not _whole(key, plan):  # a float or timestamp column keeps WHERE
         return False
     source = next((s for s in plan.scope.sources if s.alias == key.expr.table), None)
     return source is not None and source.derived is None and source.inner is None \
@@ -154,6 +156,22 @@ def _tested(expression: exp.Select, cond: exp.Expression) -> bool:
 
 #: Shortest run of consecutive whole numbers written as BETWEEN rather than listed.
 MIN_RUN = 4
+
+
+def _whole(key, plan: Plan) -> bool:
+    """Whether runs of the key's domain may be written as ``BETWEEN`` (:func:`_runs`):
+    not for a plain column the catalog types as a float or a timestamp, where values
+    between two whole numbers or days exist (0.5, noon) and would each make a group of
+    their own. Never released, such a group would still take one of its user's
+    ``max_groups`` places from the groups of the domain (attack review). Listed, the
+    values keep exactly the domain's rows."""
+    if not isinstance(key.expr, exp.Column):
+        return True
+    try:
+        kind = plan.scope.column_type(key.expr)
+    except (DpsqlError, KeyError, AttributeError, IndexError):  # a derived table's column
+        return True
+    return kind not in ("float", "timestamp")
 
 
 def _runs(values: list) -> tuple[list, list[tuple[int, int]]]:
