@@ -146,3 +146,28 @@ def test_every_package_is_installed():
     on_disk = {".".join(p.parent.relative_to(root).parts)
                for p in (root / "dpsql").rglob("__init__.py")}
     assert on_disk <= listed, sorted(on_disk - listed)
+
+
+def test_no_class_subclasses_sqlglot():
+    """sqlglot's compiled build (``sqlglot[c]``), which sqlglot loads whenever it is
+    installed, refuses interpreted subclasses of its classes ("interpreted classes
+    cannot inherit from compiled"): a dialect subclass once made every parameterised
+    query fail for anyone who had it installed. dpsql uses sqlglot's classes as they are."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import dpsql
+
+    found = []
+    for info in pkgutil.walk_packages(dpsql.__path__, "dpsql."):
+        if info.name.startswith("dpsql.server") and info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != info.name:
+                continue
+            found += [f"{info.name}.{name}({base.__module__}.{base.__qualname__})"
+                      for klass in inspect.getmro(cls) for base in klass.__bases__
+                      if base.__module__.split(".")[0] == "sqlglot"]
+    assert found == []
