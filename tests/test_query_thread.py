@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 
-import duckdb
 import pytest
 
 import dpsql
@@ -18,6 +17,7 @@ from dpsql.backends import query_thread
 from dpsql.backends.query_thread import QueryThread
 from dpsql.errors import DpsqlError, QueryCancelled
 from tests.support import backend_of, ledger_of
+from tests.test_cancel import CATALOG, SLOW_SQL, slow_file  # noqa: F401, F811 - the fixture
 
 SQL = "SELECT COUNT(*) FROM pums"
 
@@ -176,21 +176,7 @@ def test_a_thread_idle_during_a_slow_charge_is_kept_for_its_job(connect, monkeyp
         f"log={[e['outcome'] for e in ledger.log()]}")
 
 
-SLOW_SQL = "SELECT COUNT(*) FROM t a JOIN t b ON a.uid = b.uid AND a.x <> b.x"
-CATALOG = {"dataset": "slow", "tables": {"t": {"user_key": "uid", "columns": {
-    "uid": {"type": "int"}, "x": {"type": "int", "lower": 0, "upper": 99}}}}}
-
-
-@pytest.fixture(scope="module")
-def slow_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("slow") / "slow.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute("CREATE TABLE t AS SELECT i % 2 AS uid, i % 100 AS x FROM range(400000) r(i)")
-    con.close()
-    return path
-
-
-def test_ctrl_c_just_after_the_job_is_queued_stops_the_query(slow_file, monkeypatch):
+def test_ctrl_c_just_after_the_job_is_queued_stops_the_query(slow_file, monkeypatch):  # noqa: F811
     """Attack review: a Ctrl-C as the job was queued left the statement running on."""
     conn = dpsql.connect(slow_file, catalog=CATALOG, budget=(10, 1e-5), ledger=":memory:")
     backend = backend_of(conn)
