@@ -516,8 +516,7 @@ class Connection(Explaining, Answering):
                     "checks the database, not the catalog); a duplicated key would attach "
                     "one row to two users")
         stages.mark("analysis")
-        expression = rewrite(plan, engine=EngineTraits(
-            reuse_ctes=backend.supports_materialized_ctes))
+        expression = rewrite(plan, engine=EngineTraits.of(backend))
         stages.mark("rewrite")
         return plan, expression, backend
 

@@ -30,7 +30,7 @@ from dpsql.catalog import load_catalog
 from dpsql.datasets import catalog_path, pums_catalog
 from dpsql.errors import BackendError, CatalogError
 from dpsql.parse import parse
-from dpsql.rewrite import rewrite
+from dpsql.rewrite import EngineTraits, rewrite
 from dpsql.validate import validate
 from tests.support import BACKEND_MATRIX as BACKENDS
 from tests.support import (
@@ -60,7 +60,7 @@ def exact(backend, sql, catalog, **bounds):
     for table, column in plan.scope.unique:
         if (column,) not in backend.unique_columns(table):
             raise CatalogError(f"{table}.{column} must be a PRIMARY KEY or UNIQUE")
-    expression = rewrite(plan)
+    expression = rewrite(plan, engine=EngineTraits.of(backend))  # as the engine does
     schema = backend.check(expression)
     columns, rows = backend.execute(expression)
     assert [c.lower() for c in columns] == [name.lower() for name, _ in schema]
@@ -288,7 +288,7 @@ def test_no_data_dependent_errors(kind, sql, backends):
     backend = backends(kind)[0]
     catalog = load_catalog(EDGE_CATALOG)
     plan = analyze(validate(parse(sql)), catalog, 1.0, 1e-6, seed=0)
-    expression = rewrite(plan)
+    expression = rewrite(plan, engine=EngineTraits.of(backend))
     try:
         backend.check(expression)
     except BackendError as exc:

@@ -37,6 +37,8 @@ class Backend(ABC):
     #: sqlglot dialect the SQL is written in.
     dialect: str = ""
     #: The engine has a keyed hash usable in a window ORDER BY (L0 sampling).
+    #: a key filter may go in the per-user step's HAVING (dpsql.rewrite.traits)
+    supports_key_filter_after_grouping: bool = True
     supports_hash: bool = True
     #: The engine can refuse file and network access for the session.
     supports_no_external_access: bool = False

@@ -149,6 +149,9 @@ class SparkBackend(Backend):
     supports_exact_integer_sums = False  # try_sum: NULL (read as 0) beyond 2^63
     supports_unique_constraints = False
     supports_materialized_ctes = False   # CTEs are inlined: one window, not three scans
+    # its transforms wrap the GROUP BY key in a UTF-8 guard: HAVING b.race resolves to
+    # no grouped expression (AnalysisException, refused before the charge)
+    supports_key_filter_after_grouping = False
     transforms = spark_dialect.SPARK
     functions = spark_dialect.FUNCTIONS
     pre_transforms = spark_dialect.SPARK_PRE

@@ -64,9 +64,11 @@ from sqlglot import exp
 from dpsql.analyze.plan import Plan
 from dpsql.errors import DpsqlError
 from dpsql.rewrite._sql import constant
+from dpsql.rewrite.traits import DEFAULT, EngineTraits
 
 
-def restrict_domains(expression: exp.Select, plan: Plan) -> exp.Select:
+def restrict_domains(expression: exp.Select, plan: Plan,
+                     engine: EngineTraits = DEFAULT) -> exp.Select:
     """Adds ``key IN (domain)`` to WHERE (or HAVING) for each public-domain group key.
 
     Runs of four or more consecutive whole numbers are written ``key BETWEEN lo AND
@@ -102,7 +104,7 @@ def restrict_domains(expression: exp.Select, plan: Plan) -> exp.Select:
             cond = exp.paren(exp.or_(*terms))
         if _tested(expression, cond):  # the analyst's WHERE has this very conjunct
             continue
-        if terms and _after_grouping(expression, key, plan):
+        if terms and engine.filter_after_grouping and _after_grouping(expression, key, plan):
             expression = expression.having(cond, copy=False)
         else:
             expression = expression.where(cond, copy=False)

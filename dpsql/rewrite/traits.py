@@ -17,9 +17,22 @@ class EngineTraits:
         reuse_ctes: the engine computes a CTE referenced several times once (the
             backend's ``supports_materialized_ctes``); it shapes the L0 step's SQL
             (:mod:`dpsql.rewrite.bound_groups`). Either way the same rows are kept.
+        filter_after_grouping: a public-domain key of joined rows may be filtered in the
+            per-user step's HAVING (:mod:`dpsql.rewrite.restrict_domains`; the backend's
+            ``supports_key_filter_after_grouping``). Not on an engine whose transforms
+            rewrite the GROUP BY key (Spark wraps it in a UTF-8 validity guard), where a
+            HAVING over the bare column names no grouped expression. Either way the same
+            rows are kept.
     """
 
     reuse_ctes: bool = True
+    filter_after_grouping: bool = True
+
+    @classmethod
+    def of(cls, backend) -> EngineTraits:
+        """The traits of the engine behind ``backend`` (its ``supports_*`` flags)."""
+        return cls(reuse_ctes=backend.supports_materialized_ctes,
+                   filter_after_grouping=backend.supports_key_filter_after_grouping)
 
 
 #: The traits of an engine that materialises CTEs (DuckDB, PostgreSQL, SQLite).
