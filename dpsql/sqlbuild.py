@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import functools
 
+import sqlglot
 from sqlglot import exp
 
 
@@ -59,8 +60,6 @@ def data_type(name: str) -> exp.DataType:
 
 @functools.lru_cache(maxsize=1024)
 def _temporal(value) -> exp.Expression:
-    import sqlglot
-
     return sqlglot.parse_one(exp.convert(value).sql(dialect="duckdb"), read="duckdb")
 
 

@@ -156,7 +156,6 @@ from dpsql.ledger.values import (
     _check_accountant,
     _check_cost,
     _check_extra,
-    _sum,
     check_analyst,
     check_budget,
     check_dataset,
@@ -175,7 +174,7 @@ __all__ = [
     "_ENTRY_COLUMNS", "_OUTCOMES", "_Mac", "_Postgres", "_SQLite", "_Schema",
     "_check_accountant", "_check_cost", "_check_extra", "_checkpoint_doc", "_head_doc",
     "_hk", "_init_meta", "_ledger_error", "_now", "_owner_key", "_same_database", "_sha",
-    "_shown_identity", "_storable", "_sum", "_tag", "_timeout",
+    "_shown_identity", "_storable", "_tag", "_timeout",
 ]
 
 

@@ -9,7 +9,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from dpsql.accounting import ACCOUNTANTS, NOTHING, Cost, Spent
+from dpsql.accounting import ACCOUNTANTS, NOTHING, Cost
 from dpsql.errors import LedgerError, PrivacyParameterError
 from dpsql.ledger.settings import ALL, MAX_NAME
 from dpsql.text import is_plain
@@ -98,19 +98,12 @@ def check_dataset(name: Any, where: str = "data set") -> None:
                           f"characters, got {name!r}")
 
 
-def _sum(costs: list[Cost]) -> Spent:
-    s = NOTHING
-    for c in costs:
-        s = s.plus(c)
-    return s
-
-
 class Running:
     """A connection's spend so far (its cap's part): the running total of its charges.
 
-    The same additions in the same order as :func:`_sum` over its list of costs, so the
-    same floating-point total; but a charge adds one cost instead of adding up the
-    connection's whole history again (which made a long-lived connection's charge time
+    The same additions in the same order as adding up its list of costs from the first,
+    so the same floating-point total; but a charge adds one cost instead of adding up
+    the connection's whole history again (which made a long-lived connection's charge time
     grow with the number of queries it had asked).
 
     >>> running = Running()
