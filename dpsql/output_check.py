@@ -52,6 +52,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedQueryError
+from dpsql.tree_walk import nodes
 
 _log = logging.getLogger("dpsql.owner")
 
@@ -232,7 +233,7 @@ def _closed(tree: exp.Expression, tables: set[str] | None, names: set[str]) -> s
     if not isinstance(tree, exp.Select):
         return f"the statement is a {type(tree).__name__}, not a SELECT"
     ctes = None  # the tree's CTE names, collected when a table name needs them
-    for node in tree.walk():
+    for node in nodes(tree):
         statement, subquery, select, slot, branch = _kind(type(node))
         if statement:
             return f"a {type(node).__name__} node"

@@ -16,6 +16,8 @@ T-SQL's ``TOP n`` (SmartNoise SQL's users write it) is read as the ``LIMIT n`` i
 from __future__ import annotations
 
 import functools
+import threading
+from collections import OrderedDict
 
 import sqlglot
 from sqlglot import exp
@@ -44,6 +46,9 @@ def parse(sql: str, max_length: int = MAX_SQL_LENGTH) -> exp.Expression:
         raise UnsupportedQueryError(
             f"SQL text is {len(sql)} characters; the limit is {max_length} (max_sql_length)"
         )
+    known = _recalled(sql)
+    if known is not None:
+        return known
     try:
         statements = parse_statements(sql, READ_DIALECT)
     except sqlglot.errors.ParseError as exc:
@@ -68,7 +73,57 @@ def parse(sql: str, max_length: int = MAX_SQL_LENGTH) -> exp.Expression:
         raise UnsupportedQueryError(
             "several statements in one string; send one SELECT per call"
         )
+    _remember(sql, statements[0])
     return statements[0]
+
+
+#: Trees of texts that parsed into one statement, by the exact text (the dialect is
+#: the fixed :data:`READ_DIALECT`); at most :data:`_PARSED_MAX` of them and
+#: :data:`_PARSED_CHARS` characters of text. Why a hit is exactly what parsing the
+#: text again returns: sqlglot's tokenizer and parser read nothing but the text and
+#: the dialect (no clock, no setting, no catalog), and :func:`parse_statements`'s
+#: ``TOP`` lifting and spelled names read only the tokens, so the same text parses
+#: into the same tree; the kept tree is a copy taken when it was parsed and is never
+#: handed out (callers change the trees they get), and each hit hands out a new deep
+#: copy of it, which carries every argument, comment, type and meta entry (the
+#: spelled names messages read) of the parsed tree. The length limit is checked
+#: before the look-up, and only successes are kept: a refusal is raised again by
+#: parsing again. Repeating a query (the plan cache off, or its key new) then parses
+#: it once per connection process, not once per asking.
+_PARSED: OrderedDict[str, exp.Expression] = OrderedDict()
+_PARSED_MAX = 256
+_PARSED_CHARS = 4 * 2**20
+_PARSED_LOCK = threading.Lock()
+_parsed_chars = 0
+
+
+def _key(sql: str) -> str:
+    """The memo's key: the whole text (nothing else is read by the parse)."""
+    return sql
+
+
+def _recalled(sql: str) -> exp.Expression | None:
+    """A fresh copy of the remembered tree of ``sql``, or None."""
+    with _PARSED_LOCK:
+        tree = _PARSED.get(_key(sql))
+        if tree is None:
+            return None
+        _PARSED.move_to_end(_key(sql))
+    # copied outside the lock: the kept tree is only ever read
+    return tree.copy()
+
+
+def _remember(sql: str, tree: exp.Expression) -> None:
+    global _parsed_chars
+    kept = tree.copy()  # before the caller may change ``tree``
+    with _PARSED_LOCK:
+        if _key(sql) in _PARSED:
+            return
+        _PARSED[_key(sql)] = kept
+        _parsed_chars += len(sql)
+        while _PARSED and (len(_PARSED) > _PARSED_MAX or _parsed_chars > _PARSED_CHARS):
+            dropped, _ = _PARSED.popitem(last=False)
+            _parsed_chars -= len(dropped)
 
 
 def parse_statements(sql: str, dialect: str | type[Dialect] = READ_DIALECT) -> list[exp.Expression]:

@@ -23,6 +23,7 @@ from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
 from dpsql.errors import UnsupportedQueryError
+from dpsql.tree_walk import nodes
 
 #: Longest LIKE pattern and REPLACE search string (SQLite refuses patterns past 50,000
 #: bytes; a short bound keeps matching cheap everywhere).
@@ -41,7 +42,7 @@ def guard_errors(expression: exp.Select, plan: Plan) -> exp.Select:
     ...     print(str(exc)[:41])
     LIKE pattern must be a constant string: a
     """
-    for node in expression.walk():
+    for node in nodes(expression):  # breadth-first, as walk()
         if isinstance(node, exp.In) and node.args.get("query") is not None:
             _check_in_subquery(node)
         reason = unguardable(node)
