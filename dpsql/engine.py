@@ -582,11 +582,11 @@ def _os_user() -> str:
 
 
 def _demo_plan(sql: str, epsilon: float = 1.0, delta: float = 1e-6, seed: int = 0,
-               **bounds) -> Plan:
-    """Plan of a query over the bundled PUMS catalogs (doctests and fixtures)."""
-    from dpsql.datasets import pums_catalog
+               catalog: str = "pums", **bounds) -> Plan:
+    """Plan of a query over a bundled catalog (the PUMS ones; doctests and fixtures)."""
+    from dpsql.datasets import catalog_path, load_catalog, pums_catalog
 
-    catalog = pums_catalog()
+    catalog = pums_catalog() if catalog == "pums" else load_catalog(catalog_path(catalog))
     return analyze(validate(normalize(parse(sql), catalog)), catalog, epsilon, delta, seed=seed,
                    **bounds)
 

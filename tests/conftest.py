@@ -32,6 +32,17 @@ def pums_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tpch_db(tmp_path_factory):
+    """A read-only DuckDB connection to TPC-H at scale 0.01 (rewrite fixtures over the
+    ``tpch`` catalog)."""
+    path = tmp_path_factory.mktemp("tpch_db") / "tpch.duckdb"
+    load_tpch(path, scale=0.01)
+    con = duckdb.connect(str(path), read_only=True, config=dict(DUCKDB_CONFIG))
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="session")
 def pums_db(pums_file):
     """A read-only DuckDB connection to the PUMS file, for exact reference answers."""
     con = duckdb.connect(str(pums_file), read_only=True, config=dict(DUCKDB_CONFIG))

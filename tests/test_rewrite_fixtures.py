@@ -2,10 +2,11 @@
 
 ``tests/fixtures/<pass>.sql`` holds cases: an analyst query, then the SQL after every
 pass up to and including ``<pass>`` (``statistics_query.sql``: the plain statistics
-query). Options such as ``# max_rows: 4`` precede a case. For each case the test
-checks the text, then runs the plain statistics query and the rewritten one on the
-PUMS data (which satisfy the catalog's bounds at these options) and requires equal
-exact statistics: bounding must change nothing on data that are already in bounds.
+query). Options such as ``# max_rows: 4`` precede a case (``# catalog: tpch``: over
+the TPC-H catalog, checked on TPC-H at scale 0.01). For each case the test checks the
+text, then runs the plain statistics query and the rewritten one on the PUMS data
+(which satisfy the catalog's bounds at these options) and requires equal exact
+statistics: bounding must change nothing on data that are already in bounds.
 
 A new case is written as its query followed by ``TODO;``; regenerate after an
 intended change (or to fill TODOs) with ``DPSQL_REGEN_FIXTURES=1 pytest
@@ -27,7 +28,7 @@ from tests.support import read_cases, write_cases
 FIXTURES = Path(__file__).parent / "fixtures"
 PASSES = {"statistics_query": 0, **{rule.__name__: i + 1 for i, rule in enumerate(RULES)}}
 #: ``# max_rows: 4`` before a case: an option of its plan.
-OPTIONS = {"max_rows": int, "max_groups": int}
+OPTIONS = {"max_rows": int, "max_groups": int, "catalog": str}
 REGEN = os.environ.get("DPSQL_REGEN_FIXTURES") == "1"
 
 
@@ -55,7 +56,7 @@ def _rows(con, expression, names=None):
 
 
 @pytest.mark.parametrize(("path", "index", "case"), list(all_cases()))
-def test_fixture(path, index, case, pums_db):
+def test_fixture(path, index, case, request):
     plan, expression = rewritten(case["sql"], PASSES[path.stem], case["options"])
     got = expression.sql(dialect="duckdb")
     if REGEN:
@@ -67,8 +68,10 @@ def test_fixture(path, index, case, pums_db):
         assert got == case["expected"]
 
     # Meaning: on in-bounds data the rewrite leaves every exact statistic unchanged.
-    plain, names = _rows(pums_db, statistics_query(plan))
-    private, _ = _rows(pums_db, expression, names)
+    data = request.getfixturevalue(
+        "tpch_db" if case["options"].get("catalog") == "tpch" else "pums_db")
+    plain, names = _rows(data, statistics_query(plan))
+    private, _ = _rows(data, expression, names)
     assert len(plain) == len(private)
     for a, b in zip(plain, private, strict=True):
         for x, y in zip(a, b, strict=True):

@@ -19,6 +19,7 @@ from dpsql.analyze.plan import Plan
 from dpsql.rewrite.bound_groups import bound_groups
 from dpsql.rewrite.clamp_values import clamp_values
 from dpsql.rewrite.count_distinct_values import count_distinct_values
+from dpsql.rewrite.date_constants import date_constants
 from dpsql.rewrite.guard_errors import guard_errors
 from dpsql.rewrite.per_user_aggregate import per_user_aggregate
 from dpsql.rewrite.restrict_domains import restrict_domains
@@ -29,6 +30,7 @@ from dpsql.rewrite.traits import DEFAULT, EngineTraits
 #: the earlier passes copied or wrote, it refuses what no engine's guard can catch; the
 #: backend then guards the tree it runs by its allow-list (:mod:`dpsql.backends.total`).
 RULES = (
+    date_constants,
     restrict_domains,
     clamp_values,
     per_user_aggregate,
