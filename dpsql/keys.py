@@ -155,12 +155,21 @@ def _domain_float(value: decimal.Decimal):
     (0.1, 2.0)
     >>> _domain_float(decimal.Decimal("0.1000000000000000001"))
     Decimal('0.1000000000000000001')
+    >>> _domain_float(decimal.Decimal(0.1)) == 0.1  # the float's exact value: text
+    False
     """
     if not value.is_finite():
         return _decimal(value)
     number = float(value)
     if math.isfinite(number) and decimal.Decimal(repr(number)) == value:
         return number
+    if math.isfinite(number) and decimal.Decimal(number) == value:
+        # a float's exact binary value (0.1000000000000000055511151231257827...), not
+        # its spelling: as a Decimal it would equal and hash as that float in Python,
+        # the key of another group (DuckDB compares a DECIMAL with a DOUBLE literal as
+        # doubles, so both pass the domain filter); as text it equals no number, and so
+        # no domain value, and is not released
+        return str(_decimal(value))
     return _decimal(value)
 
 

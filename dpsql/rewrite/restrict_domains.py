@@ -13,22 +13,16 @@ what keeps rows outside the domain (an age of 150 under ``upper: 100``, a NULL i
 column not declared nullable) from taking one of a user's ``max_groups`` places; it is
 not what keeps a data-only key from being released (the noise stage is).
 
-**When there is no filter.** Where nothing is left for the filter to do, it is left
-out (:func:`_needed`): every key is public (the noise stage releases the domain's
-combinations and nothing else), no L0 step keeps a user's groups (so a group outside
-the domain takes no user's place: each user is in the groups its rows put it in, and
-of those only the domain's are released, at most ``G_eff = min(max_groups, |domain|)``
-of them, as the analysis assumed), and no bias check counts the users it reads. Then
-the groups outside the domain are computed and never read: :func:`dpsql.noise.add_noise`
-looks each released combination up among the rows by its Python key, and
-:func:`dpsql.keys.read_keys` makes keys injective, so a combination's value comes from
-one group at most, the one the filter would have kept, and one user's rows still reach
-each released cell through one group only. The groups outside the domain read the same
-row expressions as the kept ones, which the totality proof covers for any row, and
-their keys go through the same total conversion as partition selection's. What it
-saves: the filter is a test of every row (TPC-H's ``segment_balance``, where
-``c_custkey`` is the PRIMARY KEY, spent a third of its time in ``c_mktsegment IN
-(...)``).
+**Why there is a filter even without an L0 step.** Left out where no L0 step keeps a
+user's groups, every key value the data hold would come back as a group, and the noise
+stage would pick the domain's by their Python keys. An attack review found two reasons
+not to (kept as tests in ``tests/privacy/test_key_collisions.py``): the answer's size
+and the memory it takes after the charge then grow with the distinct values in the data
+(2M strings outside a two-value domain: 0.9 s -> 7.3 s, 250 -> 861 MB), an outcome
+that depends on the data; and Python's equality is looser than the engine's at the
+edges (a PostgreSQL NUMERIC group holding the float 0.1's exact binary value is read as
+the domain's 0.1), so one added user could replace a cell's statistics. The filter
+makes the engine's own ``=`` decide, before any row reaches Python.
 
 **Where the filter goes.** In WHERE by default. Where the rows are joined
 (``FROM a JOIN b``) and the key is a plain column of a private table whose domain holds
@@ -98,8 +92,6 @@ def restrict_domains(expression: exp.Select, plan: Plan,
     >>> restrict_domains(statistics_query(plan), plan).sql()
     'SELECT sex AS __k0, COUNT(*) AS __s0 FROM pums WHERE sex IN (0, 1) GROUP BY sex'
     """
-    if not _needed(plan):
-        return expression
     for key in plan.keys:
         if key.domain is None:
             continue
@@ -128,13 +120,6 @@ def restrict_domains(expression: exp.Select, plan: Plan,
         else:
             expression = expression.where(cond, copy=False)
     return expression
-
-
-def _needed(plan: Plan) -> bool:
-    """Whether the filter has work to do (module docstring, *When there is no filter*):
-    a key released by partition selection, an L0 step, or a bias check."""
-    return not plan.public_keys or plan.selection is not None or plan.bias is not None \
-        or (plan.bound_groups and plan.uid is not None)
 
 
 #: Python types of domain values whose SQL values group exactly as ``=`` compares them on
