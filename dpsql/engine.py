@@ -455,8 +455,8 @@ class Connection(Explaining, Answering):
             key_types = ["VARCHAR" if k.domain and isinstance(k.domain[0], str) else "DOUBLE"
                          for k in plan.keys]
         check_postprocess(plan, key_types, self._catalog.limits)
-        domain_floats = [i for i, k in enumerate(plan.keys)
-                         if k.domain and isinstance(k.domain[0], float)]
+        domain_floats = [i for i, k in enumerate(plan.keys)  # any: [1, 0.1] too
+                         if k.domain and any(isinstance(v, float) for v in k.domain)]
         return expression, functools.partial(read_keys, nk=len(plan.keys), text=text_keys,
                                              floats=domain_floats, doubles=double_keys)
 

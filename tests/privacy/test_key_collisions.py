@@ -84,3 +84,22 @@ def test_postgres_one_user_moves_a_numeric_cell():
                             epsilon=1e6)
             counts.append({float(a): round(b) for a, b in r.rows})
     assert abs(counts[0][0.1] - counts[1][0.1]) <= 1, counts
+
+
+def test_a_mixed_domain_meets_its_decimal_keys(tmp_path):
+    """A domain of ints and floats ([1, 0.1, 0.2]) over a DECIMAL column: each value is
+    read as the domain's float (before, only a domain whose first value was a float
+    was, and 0.1's users were released under no cell)."""
+    path = str(tmp_path / "mixed.duckdb")
+    con = duckdb.connect(path)
+    con.execute("CREATE TABLE t (uid INT, k DECIMAL(10,2))")
+    con.execute("INSERT INTO t SELECT i, CASE WHEN i < 600 THEN 0.1 ELSE 1 END "
+                "FROM range(1000) r(i)")
+    con.close()
+    catalog = {"dataset": "mixed", "tables": {"t": {
+        "user_key": "uid", "max_groups": 3, "max_rows": 1, "columns": {
+            "uid": {"type": "int"}, "k": {"type": "float", "values": [1, 0.1, 0.2]}}}}}
+    with dpsql.connect(path, catalog, budget=(1e9, 0.5), ledger=":memory:") as c:
+        r = c.execute("SELECT k, COUNT(*) AS n FROM t GROUP BY k", epsilon=1e6)
+        counts = {float(a): round(b) for a, b in r.rows}
+    assert counts == {1.0: 400, 0.1: 600, 0.2: 0}
