@@ -10,9 +10,12 @@ install or run the whole suite (Development, Tested versions) are CI's own comma
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import os
 import re
 import shlex
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -54,6 +57,32 @@ def test_ci_runs_the_readme_demo_command():
     demo = blocks(README, "bash")[0].strip()
     assert demo.endswith("dpsql demo")
     assert f"{demo} > /dev/null" in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+def test_the_readme_installs_sqlglots_compiled_build():
+    """The README's two commands install the extra ``fast`` (sqlglot's compiled build,
+    ``sqlglot[c]``), constraints.txt pins its package at sqlglot's own version, and it is
+    an extra, never a dependency (it has no wheel on some platforms). Where it is
+    installed, sqlglot's parser must be the compiled module, of sqlglot's version: in
+    CI, which runs the README's command, the suite has to run under it."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["optional-dependencies"]["fast"] == ["sqlglot[c]>=30.0"]
+    assert not any("sqlglot[c]" in d for d in project["dependencies"])
+    demo, test = blocks(README, "bash")[:2]
+    assert '".[fast]"' in demo and '".[test,fast]"' in test
+    constraints = (ROOT / "constraints.txt").read_text()
+    pins = dict(re.findall(r"^(sqlglotc?)==(\S+)$", constraints, re.M))
+    assert pins["sqlglotc"] == pins["sqlglot"]
+    try:
+        compiled = importlib.metadata.version("sqlglotc")
+    except importlib.metadata.PackageNotFoundError:
+        in_ci = bool(os.environ.get("CI"))
+        assert not in_ci, "CI's test command installs dpsql[fast], so sqlglotc"
+        return
+    import sqlglot.parser
+
+    assert compiled == importlib.metadata.version("sqlglot")
+    assert not sqlglot.parser.__file__.endswith(".py"), sqlglot.parser.__file__
 
 
 def test_readme_documents_every_cli_command():
