@@ -138,3 +138,25 @@ def _execute(name, con, sql):
         con.execute(sql)
     else:
         con.exec_driver_sql(sql)
+
+
+def test_a_date_before_year_1000_is_written_with_four_digits(tmp_path):
+    """SQLite reads DATE('999-01-02') as NULL: the folded constant is written
+    '0999-01-02' (dpsql.sqlbuild.constant), and the rows stay (attack review)."""
+    import sqlite3
+
+    import dpsql
+
+    path = tmp_path / "d.sqlite"
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE t (pid INTEGER, d DATE)")
+    raw.executemany("INSERT INTO t VALUES (?, ?)", [(i, "2000-01-01") for i in range(200)])
+    raw.commit()
+    raw.close()
+    catalog = {"tables": {"t": {"row_privacy": True, "columns": {
+        "pid": {"type": "int"}, "d": {"type": "date"}}}}}
+    with dpsql.connect(f"sqlite:///{path}", catalog=catalog, budget=(1e9, 0.5),
+                       ledger=":memory:") as conn:
+        res = conn.execute("SELECT COUNT(*) FROM t WHERE d > DATE '0999-01-01' + "
+                           "INTERVAL '1' DAY", epsilon=100.0)
+    assert "0999-01-02" in res.sql and res.rows[0][0] > 150, (res.rows, res.sql)

@@ -11,7 +11,7 @@ import math
 from sqlglot import exp
 
 from dpsql.aggregates.base import Direct, StatisticRule, double, scaled, shifted
-from dpsql.sqlbuild import clamp, clamp_column, number
+from dpsql.sqlbuild import clamp, number
 
 
 class Sum(StatisticRule):
@@ -59,20 +59,13 @@ class Sum(StatisticRule):
 
     def clamp(self, stat, aggregate):
         """Clamps the summed per-row value into the statistic's bounds, unless every
-        value it can take already lies inside them (:func:`literal_values_within`).
-
-        A column is clamped by comparisons (:func:`dpsql.sqlbuild.clamp_column`: the
-        same values and type, faster on DuckDB, NULL kept), anything else by
-        ``LEAST(GREATEST(...))``, computed once."""
+        value it can take already lies inside them (:func:`literal_values_within`)."""
         if not isinstance(aggregate, exp.Sum):
             return
         arg = self.argument(stat, aggregate)
         if literal_values_within(arg, stat.interval.lower, stat.interval.upper):
             return
-        if isinstance(arg, exp.Column):
-            clamped = clamp_column(arg, stat.interval.lower, stat.interval.upper)
-        else:
-            clamped = clamp(arg, stat.interval.lower, stat.interval.upper, stat.nullable)
+        clamped = clamp(arg, stat.interval.lower, stat.interval.upper, stat.nullable)
         aggregate.set("this", self.value(stat, clamped))
 
     def partial(self, stat, aggregate, max_rows):
