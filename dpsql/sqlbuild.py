@@ -90,17 +90,24 @@ def constant(value) -> exp.Expression:
 def number(value: float) -> exp.Expression:
     """A numeric literal; whole floats are written as integers.
 
-    >>> number(-2.0).sql(), number(0.5).sql()
-    ('-2', '0.5')
+    >>> number(-2.0).sql(), number(0.5).sql(), number(1e-05).sql()
+    ('-2', '0.5e0', '1e-05')
     """
     if float(value).is_integer() and abs(value) < 2**53:
-        value = int(value)
-    elif float(value).is_integer():
+        literal = exp.Literal.number(abs(int(value)))
+        return exp.Neg(this=literal) if value < 0 else literal
+    if float(value).is_integer():
         # a huge whole bound as a float literal (1e+300), not a 301-digit integer
         # that engines would type beyond their widest integer
         literal = exp.Literal.number(repr(abs(float(value))))
         return exp.Neg(this=literal) if value < 0 else literal
-    literal = exp.Literal.number(abs(value))
+    # a fraction as a DOUBLE literal (0.5e0), not a DECIMAL one (0.5): DuckDB and Spark
+    # compare a DECIMAL(38, s) column with a decimal literal in the column's scale,
+    # rounding the literal, so LEAST(GREATEST(x, 0), 0.5) clamped a DECIMAL(38,0) to
+    # 1, twice the bound (attack review); against a DOUBLE the column is compared as a
+    # DOUBLE, and the bound is exactly the float the analysis used
+    text = repr(abs(float(value)))
+    literal = exp.Literal.number(text if "e" in text else text + "e0")
     return exp.Neg(this=literal) if value < 0 else literal
 
 

@@ -95,7 +95,7 @@ def bin_count(stat, j: int, arg: exp.Expression) -> exp.Expression:
     >>> from dpsql.engine import _demo_plan
     >>> stat = _demo_plan("SELECT MEDIAN(age) FROM pums").stats[0]
     >>> bin_count(stat, 0, exp.column("age")).sql()
-    'COUNT(CASE WHEN age < 1.5 THEN 1 END)'
+    'COUNT(CASE WHEN age < 1.5e0 THEN 1 END)'
     >>> bin_count(stat, 1, exp.column("age")).sql()
     'COUNT(CASE WHEN age >= 1.5 AND age < 3.5 THEN 1 END)'
     """
