@@ -97,7 +97,7 @@ def bin_count(stat, j: int, arg: exp.Expression) -> exp.Expression:
     >>> bin_count(stat, 0, exp.column("age")).sql()
     'COUNT(CASE WHEN age < 1.5e0 THEN 1 END)'
     >>> bin_count(stat, 1, exp.column("age")).sql()
-    'COUNT(CASE WHEN age >= 1.5 AND age < 3.5 THEN 1 END)'
+    'COUNT(CASE WHEN age >= 1.5e0 AND age < 3.5e0 THEN 1 END)'
     """
     edges = stat.bins.edges
     last = stat.bins.count - 1
