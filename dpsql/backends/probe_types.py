@@ -21,7 +21,15 @@ from dpsql.backends.total import Types
 
 @functools.lru_cache(maxsize=1024)
 def _type(name: str, dialect: str) -> exp.DataType:
-    """``DataType.build(name)`` (which parses the name), kept: callers copy it."""
+    """``DataType.build(name)`` (which parses the name), kept: callers copy it.
+
+    Names are DuckDB's words, as every backend reports its types. ``FLOAT`` is
+    float4 there but float8 in PostgreSQL's grammar, so it is built as ``REAL`` for
+    PostgreSQL: built as written, the probe typed a REAL column as DOUBLE PRECISION,
+    and constants beyond float4's range (a bound of 1e39) passed the check and failed
+    in PostgreSQL's planning after the charge (attack review)."""
+    if dialect == "postgres" and name.upper() == "FLOAT":
+        name = "REAL"
     return exp.DataType.build(name, dialect=dialect, udt=True)
 
 
