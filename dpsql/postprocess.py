@@ -164,7 +164,7 @@ def _computed(plan: Plan, table: pa.Table) -> list[tuple] | None:
     for row in table.to_pylist():
         values = []
         for o in plan.outputs:
-            if isinstance(o.expr, exp.Column) and o.expr.name.startswith(("__k", "__a")):
+            if _released(o.expr):
                 values.append(row[o.expr.name])
                 continue
             value = evaluate(o.expr, row)
@@ -304,9 +304,12 @@ def _plain(plan: Plan) -> bool:
 def _selects_released(plan: Plan) -> bool:
     """Whether the outer query only selects released columns (no HAVING); it may order
     and cut them (checked before the charge, as any outer query)."""
-    return (plan.having is None
-            and all(isinstance(o.expr, exp.Column) and o.expr.name.startswith(("__k", "__a"))
-                    for o in plan.outputs))
+    return plan.having is None and all(_released(o.expr) for o in plan.outputs)
+
+
+def _released(expr: exp.Expression) -> bool:
+    """Whether an output expression is a released column as it is (a key or a cell)."""
+    return isinstance(expr, exp.Column) and expr.name.startswith(("__k", "__a"))
 
 
 def _names(plan: Plan) -> frozenset[str]:

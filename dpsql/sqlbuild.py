@@ -60,11 +60,13 @@ def data_type(name: str) -> exp.DataType:
 
 @functools.lru_cache(maxsize=1024)
 def _temporal(value) -> exp.Expression:
-    if type(value) is datetime.date and value.year < 1000:
-        # sqlglot writes the year unpadded ('999-01-02'), which SQLite's DATE() and
-        # Spark read as NULL and PostgreSQL's allow-list refuses (attack review)
-        return sqlglot.parse_one(f"CAST('{value.isoformat()}' AS DATE)", read="duckdb")
-    return sqlglot.parse_one(exp.convert(value).sql(dialect="duckdb"), read="duckdb")
+    if type(value) is datetime.date:
+        # ISO text, four-digit years included: sqlglot's own writes year 999 as
+        # '999-01-02', which SQLite's DATE() and Spark read as NULL (attack review)
+        text = f"CAST('{value.isoformat()}' AS DATE)"
+    else:
+        text = exp.convert(value).sql(dialect="duckdb")
+    return sqlglot.parse_one(text, read="duckdb")
 
 
 def constant(value) -> exp.Expression:
@@ -94,20 +96,19 @@ def number(value: float) -> exp.Expression:
     ('-2', '0.5e0', '1e-05')
     """
     if float(value).is_integer() and abs(value) < 2**53:
-        literal = exp.Literal.number(abs(int(value)))
-        return exp.Neg(this=literal) if value < 0 else literal
-    if float(value).is_integer():
-        # a huge whole bound as a float literal (1e+300), not a 301-digit integer
-        # that engines would type beyond their widest integer
-        literal = exp.Literal.number(repr(abs(float(value))))
-        return exp.Neg(this=literal) if value < 0 else literal
-    # a fraction as a DOUBLE literal (0.5e0), not a DECIMAL one (0.5): DuckDB and Spark
-    # compare a DECIMAL(38, s) column with a decimal literal in the column's scale,
-    # rounding the literal, so LEAST(GREATEST(x, 0), 0.5) clamped a DECIMAL(38,0) to
-    # 1, twice the bound (attack review); against a DOUBLE the column is compared as a
-    # DOUBLE, and the bound is exactly the float the analysis used
-    text = repr(abs(float(value)))
-    literal = exp.Literal.number(text if "e" in text else text + "e0")
+        text = str(abs(int(value)))
+    else:
+        # a huge whole bound as float text (1e+300), not a 301-digit integer that
+        # engines would type beyond their widest integer; a fraction as a DOUBLE
+        # literal (0.5e0), not a DECIMAL one (0.5): DuckDB and Spark compare a
+        # DECIMAL(38, s) column with a decimal literal in the column's scale, rounding
+        # the literal, so LEAST(GREATEST(x, 0), 0.5) clamped a DECIMAL(38,0) to 1,
+        # twice the bound (attack review); against a DOUBLE the column is compared as
+        # a DOUBLE, and the bound is exactly the float the analysis used
+        text = repr(abs(float(value)))
+        if not float(value).is_integer() and "e" not in text:
+            text += "e0"
+    literal = exp.Literal.number(text)
     return exp.Neg(this=literal) if value < 0 else literal
 
 
