@@ -14,7 +14,10 @@ fails only beyond year 294276. The L0 order is ``hashtextextended(uid|keys, seed
 
 from __future__ import annotations
 
+import math
 import re
+import decimal
+from decimal import Decimal
 
 from sqlglot import exp
 
@@ -32,6 +35,7 @@ from dpsql.backends.dialects import (
     sentinel_clamp,
     unsupported,
 )
+from dpsql.sqlbuild import clamp
 from dpsql.types import (
     BOOL,
     DATE,
@@ -392,12 +396,19 @@ def postgres_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
     double total past 1.8e308), while a NUMERIC sum of fewer than 2**48 values of at
     most 1.8e308 (any float8, any bounded form) stays far inside NUMERIC's 131072 digits,
     and NaN and infinities are NUMERIC values (PostgreSQL 14+). Integer sums were exact
-    NUMERIC sums already."""
+    NUMERIC sums already.
+
+    A clamped value is clamped again after the cast (:func:`_numeric_value`): the cast
+    of a float keeps 15 (float8) or 6 (float4) significant digits and can round past
+    the bound, and a REAL column is clamped in float4, to a bound rounded to float4.
+    Where the database keeps the user key unique there is no per-user clamp behind it,
+    so each row added up to a few parts in 10**6 more than the analysis allowed (attack
+    review: ``SUM(x * 0.49999999999999994)`` added 0.5 a row)."""
     def numeric(e: exp.Expression) -> exp.Expression:
         if isinstance(e, exp.Cast) and e.to.this == exp.DataType.Type.DECIMAL \
-                and not e.to.expressions:
-            return e
-        return exp.Cast(this=e, to=exp.DataType.build("DECIMAL"))
+                and not e.to.expressions:  # the guard model's widening (total.py)
+            e = e.this
+        return _numeric_value(e)
 
     def fix(node):
         arg = node.this
@@ -409,8 +420,130 @@ def postgres_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
     return replace_all(expression, (exp.Sum, exp.Avg), fix)
 
 
+def _numeric_value(value: exp.Expression) -> exp.Expression:
+    """``CAST(value AS NUMERIC)``, clamped again in NUMERIC where ``value`` is dpsql's
+    clamp (:func:`dpsql.sqlbuild.clamp`), with or without its NULL guard.
+
+    In NUMERIC, LEAST and GREATEST compare exactly, and the bounds are decimals inside
+    the analysis' interval (:func:`_inward`), so the summed value lies in it whatever
+    the casts rounded. A NULL stays NULL (PostgreSQL's GREATEST skips NULL arguments):
+    the guard's NULL branch is left alone, and an unguarded clamp has literal
+    arguments, so it is never NULL.
+
+    >>> from sqlglot import parse_one
+    >>> _numeric_value(parse_one("LEAST(GREATEST(x, 0), 0.5e0)")).sql()
+    'LEAST(GREATEST(CAST(LEAST(GREATEST(x, 0), 0.5e0) AS DECIMAL), 0), 0.5)'
+    >>> _numeric_value(parse_one("x * 2")).sql()
+    'CAST(x * 2 AS DECIMAL)'
+    """
+    if isinstance(value, exp.Case) and _null_guard(value):
+        value.set("default", _numeric_value(value.args["default"]))
+        return value
+    cast = exp.Cast(this=value, to=exp.DataType.build("DECIMAL"))
+    bounds = _clamp_bounds(value)
+    if bounds is None:
+        return cast
+    low, high = _inward(*bounds)
+    return exp.Least(this=exp.Greatest(this=cast, expressions=[low], ignore_nulls=True),
+                     expressions=[high], ignore_nulls=True)
+
+
+def postgres_centred_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """A centred summed value ``CAST(clamp AS DOUBLE) − c`` gets a clamp of its own to
+    ``[fl(L − c), fl(U − c)]``, so that :func:`postgres_sums` finds its bounds after
+    :func:`postgres_try` has rewritten the subtraction (through NUMERIC, whose cast of
+    the float keeps 15 significant digits: 0.45000250679016 for a bound of
+    0.45000249995). The interval is the analysis' own: float8 rounding is monotone and
+    Python's float is PostgreSQL's float8. A NULL guard moves outside (NULL minus c is
+    NULL), as a clamp would turn NULL into ``fl(L − c)``.
+
+    >>> from sqlglot import parse_one
+    >>> postgres_centred_sums(parse_one(
+    ...     "SELECT SUM(CAST(LEAST(GREATEST(x, 0), 1) AS DOUBLE) - 0.25e0) FROM t"), None).sql()
+    'SELECT SUM(LEAST(GREATEST(CAST(LEAST(GREATEST(x, 0), 1) AS DOUBLE) - 0.25e0, -0.25e0), 0.75e0)) FROM t'
+    """
+    def centred(node):
+        holder, value = node, node.this
+        while isinstance(value, exp.Try) or (  # the guard model's CAST(TRY(v) AS DECIMAL)
+                isinstance(value, exp.Cast) and value.to.this == exp.DataType.Type.DECIMAL):
+            holder, value = value, value.this
+        if not (isinstance(value, exp.Sub) and isinstance(value.this, exp.Cast)
+                and value.this.to.this == exp.DataType.Type.DOUBLE):
+            return node
+        centre, inner = _float_literal(value.expression), value.this.this
+        guard = inner if isinstance(inner, exp.Case) and _null_guard(inner) else None
+        bounds = _clamp_bounds(guard.args["default"] if guard else inner)
+        if centre is None or bounds is None:
+            return node
+        low, high = bounds[0] - centre, bounds[1] - centre
+        if guard is None:
+            holder.set("this", clamp(value, low, high))
+        else:  # CAST(CASE WHEN v IS NULL THEN NULL ELSE d END AS DOUBLE) - c
+            value.this.set("this", guard.args["default"])
+            guard.set("default", clamp(value, low, high))
+            holder.set("this", guard)
+        return node
+    return replace_all(expression, (exp.Sum, exp.Avg), centred)
+
+
+def _null_guard(case: exp.Case) -> bool:
+    """``CASE WHEN v IS NULL THEN NULL ELSE d END`` (the clamp's NULL guard)."""
+    ifs = case.args.get("ifs") or []
+    return len(ifs) == 1 and isinstance(ifs[0].this, exp.Is) \
+        and isinstance(ifs[0].args.get("true"), exp.Null) \
+        and case.args.get("default") is not None and case.this is None
+
+
+def _clamp_bounds(value: exp.Expression) -> tuple[float, float] | None:
+    """The interval of dpsql's clamp ``LEAST(GREATEST(v, L), U)`` with literal bounds;
+    None for anything else."""
+    if isinstance(value, exp.Least) and len(value.expressions) == 1 \
+            and isinstance(value.this, exp.Greatest) and len(value.this.expressions) == 1:
+        low = _float_literal(value.this.expressions[0])
+        high = _float_literal(value.expressions[0])
+        if low is not None and high is not None and low <= high:
+            return low, high
+    return None
+
+
+def _float_literal(node: exp.Expression) -> float | None:
+    """The float a numeric literal (or its negation) means to the analysis."""
+    sign = 1.0
+    if isinstance(node, exp.Neg):
+        node, sign = node.this, -1.0
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            value = sign * float(node.this)
+        except ValueError:
+            return None
+        return value if math.isfinite(value) else None
+    return None
+
+
+def _inward(low: float, high: float) -> tuple[exp.Expression, exp.Expression]:
+    """NUMERIC literals for ``[low, high]``: 17 significant digits rounded inwards,
+    so the interval lies inside the analysis' (an exact expansion has up to 767 digits,
+    and each would widen every NUMERIC sum's scale); the exact expansions where rounding
+    would leave the interval empty.
+
+    >>> [e.sql() for e in _inward(0.1, 1e300)]
+    ['0.10000000000000001', '1.0000000000000000E+300']
+    >>> [e.sql() for e in _inward(0.1, 0.1)]
+    ['0.1000000000000000055511151231257827021181583404541015625', '0.1000000000000000055511151231257827021181583404541015625']
+    """
+    exact = Decimal(low), Decimal(high)
+    rounded = (decimal.Context(prec=17, rounding=decimal.ROUND_CEILING).plus(exact[0]),
+               decimal.Context(prec=17, rounding=decimal.ROUND_FLOOR).plus(exact[1]))
+    return tuple(_literal(d) for d in (rounded if rounded[0] <= rounded[1] else exact))
+
+
+def _literal(value: Decimal) -> exp.Expression:
+    literal = exp.Literal.number(str(value.copy_abs()))
+    return exp.Neg(this=literal) if value < 0 else literal
+
+
 #: Functions sqlglot does not model that these transforms write (each on
 #: :data:`dpsql.output_check.FUNCTIONS`).
 FUNCTIONS = frozenset({"hashtextextended", "pg_input_is_valid", "div"})
 
-POSTGRES = (postgres_try, postgres_date_units, postgres_extract, python_dates, postgres_sums)
+POSTGRES = (postgres_centred_sums, postgres_try, postgres_date_units, postgres_extract, python_dates, postgres_sums)
