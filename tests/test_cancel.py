@@ -7,6 +7,7 @@ each: 8·10¹⁰ joined rows, far more than any test waits for, so only a cancel
 from __future__ import annotations
 
 import _thread
+import signal
 import threading
 import time
 
@@ -21,6 +22,17 @@ from tests.support import backend_of, ledger_of
 SLOW_SQL = "SELECT COUNT(*) FROM t a JOIN t b ON a.uid = b.uid AND a.x <> b.x"
 CATALOG = {"dataset": "slow", "tables": {"t": {"user_key": "uid", "columns": {
     "uid": {"type": "int"}, "x": {"type": "int", "lower": 0, "upper": 99}}}}}
+
+
+@pytest.fixture(autouse=True)
+def _python_handles_ctrl_c():
+    """Python's own SIGINT handler, as an interactive Python has: a job a shell starts in
+    the background inherits SIGINT ignored, and then ``_thread.interrupt_main`` (like a
+    real Ctrl-C) does nothing, so these tests failed under ``cmd &`` (60 s watchdog) and
+    hung on SQLite."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="module")
