@@ -15,6 +15,7 @@ tests/test_rewrite_fixtures.py`` and review the diff.
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 from pathlib import Path
@@ -22,21 +23,27 @@ from pathlib import Path
 import pytest
 
 from dpsql.engine import _demo_plan
-from dpsql.rewrite import RULES, statistics_query
+from dpsql.rewrite import RULES, EngineTraits, statistics_query
 from tests.support import read_cases, write_cases
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PASSES = {"statistics_query": 0, **{rule.__name__: i + 1 for i, rule in enumerate(RULES)}}
 #: ``# max_rows: 4`` before a case: an option of its plan.
-OPTIONS = {"max_rows": int, "max_groups": int, "catalog": str}
+OPTIONS = {"max_rows": int, "max_groups": int, "catalog": str,
+           # an engine trait (dpsql.rewrite.traits): ``# exact_summands: false``
+           "exact_summands": lambda v: v.strip().lower() == "true"}
 REGEN = os.environ.get("DPSQL_REGEN_FIXTURES") == "1"
 
 
 def rewritten(sql: str, upto: int, options: dict):
-    plan = _demo_plan(sql, seed=0, **options)
+    traits = EngineTraits(exact_summands=options.get("exact_summands", True))
+    plan = _demo_plan(sql, seed=0, **{k: v for k, v in options.items() if k != "exact_summands"})
     expression = statistics_query(plan)
     for rule in RULES[:upto]:
-        expression = rule(expression, plan)
+        if "engine" in inspect.signature(rule).parameters:
+            expression = rule(expression, plan, engine=traits)
+        else:
+            expression = rule(expression, plan)
     return plan, expression
 
 

@@ -49,6 +49,9 @@ class Backend(ABC):
     supports_try: bool = True
     #: Integer sums are exact whatever their size (HUGEINT or NUMERIC accumulators).
     supports_exact_integer_sums: bool = True
+    #: A sum adds its summands as the engine computed them. PostgreSQL casts each to
+    #: NUMERIC first, rounding a float (:mod:`dpsql.rewrite.bound_summands`).
+    supports_exact_summands: bool = True
     #: The engine enforces PRIMARY KEY/UNIQUE constraints (needed to join along foreign
     #: keys to the user: see :meth:`unique_columns`).
     supports_unique_constraints: bool = True

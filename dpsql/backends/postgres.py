@@ -124,6 +124,7 @@ class PostgresBackend(SQLAlchemyBackend):
     supports_greatest_least = True
     supports_try = False            # the dialect layer guards each operation instead
     supports_exact_integer_sums = True
+    supports_exact_summands = False  # NUMERIC sums of floats (postgres_sums)
     supports_unique_constraints = True
     transforms = postgres_dialect.POSTGRES
     functions = postgres_dialect.FUNCTIONS

@@ -35,7 +35,6 @@ from dpsql.backends.dialects import (
     sentinel_clamp,
     unsupported,
 )
-from dpsql.sqlbuild import clamp
 from dpsql.types import (
     BOOL,
     DATE,
@@ -398,12 +397,11 @@ def postgres_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
     and NaN and infinities are NUMERIC values (PostgreSQL 14+). Integer sums were exact
     NUMERIC sums already.
 
-    A clamped value is clamped again after the cast (:func:`_numeric_value`): the cast
-    of a float keeps 15 (float8) or 6 (float4) significant digits and can round past
-    the bound, and a REAL column is clamped in float4, to a bound rounded to float4.
-    Where the database keeps the user key unique there is no per-user clamp behind it,
-    so each row added up to a few parts in 10**6 more than the analysis allowed (attack
-    review: ``SUM(x * 0.49999999999999994)`` added 0.5 a row)."""
+    A clamped summand is clamped again after the cast (:func:`_numeric_value`): the
+    cast of a float keeps 15 (float8) or 6 (float4) significant digits and can round
+    past the bound. The statistics query's sums end in such a clamp to their
+    sensitivity (:mod:`dpsql.rewrite.bound_summands`), whatever their summand's shape.
+    """
     def numeric(e: exp.Expression) -> exp.Expression:
         if isinstance(e, exp.Cast) and e.to.this == exp.DataType.Type.DECIMAL \
                 and not e.to.expressions:  # the guard model's widening (total.py)
@@ -446,44 +444,6 @@ def _numeric_value(value: exp.Expression) -> exp.Expression:
     low, high = _inward(*bounds)
     return exp.Least(this=exp.Greatest(this=cast, expressions=[low], ignore_nulls=True),
                      expressions=[high], ignore_nulls=True)
-
-
-def postgres_centred_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
-    """A centred summed value ``CAST(clamp AS DOUBLE) − c`` gets a clamp of its own to
-    ``[fl(L − c), fl(U − c)]``, so that :func:`postgres_sums` finds its bounds after
-    :func:`postgres_try` has rewritten the subtraction (through NUMERIC, whose cast of
-    the float keeps 15 significant digits: 0.45000250679016 for a bound of
-    0.45000249995). The interval is the analysis' own: float8 rounding is monotone and
-    Python's float is PostgreSQL's float8. A NULL guard moves outside (NULL minus c is
-    NULL), as a clamp would turn NULL into ``fl(L − c)``.
-
-    >>> from sqlglot import parse_one
-    >>> postgres_centred_sums(parse_one(
-    ...     "SELECT SUM(CAST(LEAST(GREATEST(x, 0), 1) AS DOUBLE) - 0.25e0)"), None).sql()[11:]
-    'LEAST(GREATEST(CAST(LEAST(GREATEST(x, 0), 1) AS DOUBLE) - 0.25e0, -0.25e0), 0.75e0))'
-    """
-    def centred(node):
-        holder, value = node, node.this
-        while isinstance(value, exp.Try) or (  # the guard model's CAST(TRY(v) AS DECIMAL)
-                isinstance(value, exp.Cast) and value.to.this == exp.DataType.Type.DECIMAL):
-            holder, value = value, value.this
-        if not (isinstance(value, exp.Sub) and isinstance(value.this, exp.Cast)
-                and value.this.to.this == exp.DataType.Type.DOUBLE):
-            return node
-        centre, inner = _float_literal(value.expression), value.this.this
-        guard = inner if isinstance(inner, exp.Case) and _null_guard(inner) else None
-        bounds = _clamp_bounds(guard.args["default"] if guard else inner)
-        if centre is None or bounds is None:
-            return node
-        low, high = bounds[0] - centre, bounds[1] - centre
-        if guard is None:
-            holder.set("this", clamp(value, low, high))
-        else:  # CAST(CASE WHEN v IS NULL THEN NULL ELSE d END AS DOUBLE) - c
-            value.this.set("this", guard.args["default"])
-            guard.set("default", clamp(value, low, high))
-            holder.set("this", guard)
-        return node
-    return replace_all(expression, (exp.Sum, exp.Avg), centred)
 
 
 def _null_guard(case: exp.Case) -> bool:
@@ -546,5 +506,4 @@ def _literal(value: Decimal) -> exp.Expression:
 #: :data:`dpsql.output_check.FUNCTIONS`).
 FUNCTIONS = frozenset({"hashtextextended", "pg_input_is_valid", "div"})
 
-POSTGRES = (postgres_centred_sums, postgres_try, postgres_date_units, postgres_extract,
-            python_dates, postgres_sums)
+POSTGRES = (postgres_try, postgres_date_units, postgres_extract, python_dates, postgres_sums)

@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
 from dpsql.rewrite.bound_groups import bound_groups
+from dpsql.rewrite.bound_summands import bound_summands
 from dpsql.rewrite.clamp_values import clamp_values
 from dpsql.rewrite.count_distinct_values import count_distinct_values
 from dpsql.rewrite.date_constants import date_constants
@@ -35,6 +36,7 @@ RULES = (
     clamp_values,
     per_user_aggregate,
     bound_groups,
+    bound_summands,
     count_distinct_values,
     guard_errors,
 )

@@ -23,16 +23,23 @@ class EngineTraits:
             rewrite the GROUP BY key (Spark wraps it in a UTF-8 validity guard), where a
             HAVING over the bare column names no grouped expression. Either way the same
             rows are kept.
+        exact_summands: the engine adds a sum's summands as it computed them (the
+            backend's ``supports_exact_summands``). Not on PostgreSQL, whose sums cast
+            each float to NUMERIC, rounding it: there each summand gets the clamp
+            :mod:`dpsql.rewrite.bound_summands` writes, which the engine's transforms
+            repeat after the cast.
     """
 
     reuse_ctes: bool = True
     filter_after_grouping: bool = True
+    exact_summands: bool = True
 
     @classmethod
     def of(cls, backend) -> EngineTraits:
         """The traits of the engine behind ``backend`` (its ``supports_*`` flags)."""
         return cls(reuse_ctes=backend.supports_materialized_ctes,
-                   filter_after_grouping=backend.supports_key_filter_after_grouping)
+                   filter_after_grouping=backend.supports_key_filter_after_grouping,
+                   exact_summands=backend.supports_exact_summands)
 
 
 #: The traits of an engine that materialises CTEs (DuckDB, PostgreSQL, SQLite).

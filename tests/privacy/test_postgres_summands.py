@@ -1,13 +1,17 @@
-"""PostgreSQL, a user key the database keeps UNIQUE: each row's summed value stays inside
-the bound the noise covers (attack review, issue #23).
+"""PostgreSQL: each user changes a noisy sum by at most the L∞ the noise covers (attack
+reviews, issue #23).
 
-There is no per-user step there, so the row clamp ``LEAST(GREATEST(x, L), U)`` is the
-only bound, and PostgreSQL's cast of a float to NUMERIC (the sums' type, see
-``postgres_sums``) keeps 15 (float8) or 6 (float4) significant digits: it rounded a
-clamped value past ``U``. ``SUM(x * 0.49999999999999994)`` added 0.5 a row, and a REAL
-column clamped to 1.0000049999 added 1.00001. Each summed value is now clamped again in
-NUMERIC after the cast. The test runs the rewritten SQL itself on PostgreSQL and compares
-each statistic with ``rows × L∞`` exactly.
+PostgreSQL adds NUMERICs (``postgres_sums``), and its cast of a float to NUMERIC keeps 15
+(float8) or 6 (float4) significant digits: it rounded clamped values past their bound.
+Where the database keeps the user key UNIQUE (no per-user step) ``SUM(x *
+0.49999999999999994)`` added 0.5 a row and a REAL column clamped to 1.0000049999 added
+1.00001; ``VARIANCE(x * 0.9999999999999999)`` added 0.25 a row for an L∞ of
+0.24999999999999994; on the per-user path an AVG partial clamped to 0.49999999999999994
+was summed as 0.5. With a grid step at the bound, one user then moved the released value
+two grid units where the privacy map counts one. Each summand now ends in a clamp to L∞
+(:mod:`dpsql.rewrite.bound_summands`) that PostgreSQL repeats in NUMERIC after the cast.
+The test runs the rewritten SQL itself on PostgreSQL and compares each statistic with
+``users × L∞`` exactly, with one row per user (PRIMARY KEY) and with two.
 """
 
 from __future__ import annotations
@@ -24,15 +28,18 @@ pytestmark = pytest.mark.skipif(not HAVE_POSTGRES, reason=NO_POSTGRES)
 ROWS = 300
 
 
-def _table(sql_type: str, value: str, nulls: int) -> None:
+def _table(sql_type: str, value: str, nulls: int, unique: bool) -> None:
     import sqlalchemy as sa
 
     values = [f"({i}, {value})" for i in range(ROWS)]
     values += [f"({ROWS + i}, NULL)" for i in range(nulls)]
+    if not unique:
+        values += [f"({i}, {value})" for i in range(ROWS)]
+    key = "PRIMARY KEY" if unique else ""
     engine = sa.create_engine(PG_ADMIN_URL)
     with engine.begin() as c:
         c.execute(sa.text("DROP TABLE IF EXISTS unique_sums"))
-        c.execute(sa.text(f"CREATE TABLE unique_sums (pid INTEGER PRIMARY KEY, x {sql_type})"))
+        c.execute(sa.text(f"CREATE TABLE unique_sums (pid INTEGER {key}, x {sql_type})"))
         c.execute(sa.text("INSERT INTO unique_sums VALUES " + ", ".join(values)))
         c.execute(sa.text("GRANT SELECT ON unique_sums TO dpsql_reader"))
     engine.dispose()
@@ -56,10 +63,16 @@ def _run_as_owner(sql: str) -> dict:
     ("DOUBLE PRECISION", "-1e30", -0.1234567890123456, 0.30000000000000004,
      "SELECT AVG(x) FROM unique_sums"),
     ("REAL", "1e30", 0.1, 1.0000049999, "SELECT AVG(x), SUM(x) FROM unique_sums"),
+    ("DOUBLE PRECISION", "1e30", 0, 1, "SELECT VARIANCE(x * 0.9999999999999999) FROM unique_sums"),
+    ("DOUBLE PRECISION", "1e30", 0, 1, "SELECT AVG(x * 0.9999999999999999) FROM unique_sums"),
+    ("REAL", "1e30", 0.1, 1.0000049999, "SELECT STDDEV(x) FROM unique_sums"),
+    ("DOUBLE PRECISION", "1e30", 0, 0.7, "SELECT SUM(x) FROM unique_sums"),
+    ("REAL", "1e30", 0.1, 0.1, "SELECT VARIANCE(x), AVG(x) FROM unique_sums"),
 ])
 @pytest.mark.parametrize("nulls", [0, 7])
-def test_each_row_adds_at_most_the_bound(sql_type, value, lower, upper, sql, nulls):
-    _table(sql_type, value, nulls)
+@pytest.mark.parametrize("unique", [True, False], ids=["unique", "two_rows"])
+def test_each_user_adds_at_most_the_bound(sql_type, value, lower, upper, sql, nulls, unique):
+    _table(sql_type, value, nulls, unique)
     catalog = {"tables": {"unique_sums": {"user_key": "pid", "max_rows": 1, "columns": {
         "pid": {"type": "int"},
         "x": {"type": "float", "lower": lower, "upper": upper, "nullable": True}}}}}
@@ -73,4 +86,4 @@ def test_each_row_adds_at_most_the_bound(sql_type, value, lower, upper, sql, nul
         bound = ROWS * Decimal(stat["linf"])  # exact: L∞ is the analysis' float
         assert -bound <= total <= bound, (stat, total, explained.sql)
         if "COUNT" in stat["statistic"]:
-            assert total == ROWS, (stat, total)  # the NULL rows are not counted
+            assert total == ROWS, (stat, total)  # NULL rows uncounted; max_rows 1
