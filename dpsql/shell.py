@@ -18,7 +18,9 @@ from __future__ import annotations
 import cmd
 import datetime
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -106,8 +108,21 @@ class Shell(cmd.Cmd):
 
     # -- loop -------------------------------------------------------------------------
 
+    def _python_handles_ctrl_c(self):
+        """On a terminal, Ctrl-C must drop a half-typed query and cancel a running one:
+        Python's own SIGINT handler is installed for the loop (the previous handler is
+        returned, None if nothing changed). A process a script started in the
+        background inherits SIGINT ignored, and Python then raises no
+        KeyboardInterrupt at all."""
+        if not self.interactive or threading.current_thread() is not threading.main_thread():
+            return None
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            return None
+        return signal.signal(signal.SIGINT, signal.default_int_handler)
+
     def cmdloop(self, intro=None) -> None:
         readline = self._start_readline()
+        previous = self._python_handles_ctrl_c()
         try:
             if intro and self.interactive:
                 self.stdout.write(intro + "\n")
@@ -131,6 +146,8 @@ class Shell(cmd.Cmd):
                 except KeyboardInterrupt:
                     click.secho("interrupted", fg="red", err=True)
         finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
             if readline is not None:
                 try:
                     readline.set_history_length(HISTORY_LENGTH)

@@ -1,4 +1,4 @@
-"""``date_constants`` (dpsql.rewrite.date_constants): a date or timestamp column compared
+"""``date_constants`` (dpsql.rewrite.date_constants): a date column compared
 with ``DATE 'x' ± INTERVAL 'n' UNIT`` is compared with the date it stands for, and the
 comparison keeps its truth on every row (DuckDB, and PostgreSQL when
 ``DPSQL_TEST_POSTGRES_ADMIN_URL`` is set)."""
@@ -160,3 +160,33 @@ def test_a_date_before_year_1000_is_written_with_four_digits(tmp_path):
         res = conn.execute("SELECT COUNT(*) FROM t WHERE d > DATE '0999-01-01' + "
                            "INTERVAL '1' DAY", epsilon=100.0)
     assert "0999-01-02" in res.sql and res.rows[0][0] > 150, (res.rows, res.sql)
+
+
+def test_only_date_columns_are_folded_and_sqlite_keeps_their_day(tmp_path):
+    """A TIMESTAMP column is left alone (it is not cast, so nothing is gained, and SQLite
+    compares timestamp text with date text as longer); a DATE column is folded, and
+    SQLite, comparing date text with date text, keeps the rows of that day for every
+    comparison."""
+    import sqlite3
+
+    import dpsql
+
+    path = tmp_path / "ts.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (uid INTEGER, d DATE, ts TIMESTAMP)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)",
+                    [(i, "1994-01-10", "1994-01-10 00:00:00") for i in range(5)])
+    con.commit()
+    con.close()
+    catalog = {"tables": {"t": {"user_key": "uid", "max_rows": 1, "columns": {
+        "uid": {"type": "int"}, "d": {"type": "date"}, "ts": {"type": "timestamp"}}}}}
+    with dpsql.connect(f"sqlite:///{path}", catalog=catalog, budget=(1000, 1e-6),
+                       ledger=":memory:") as conn:
+        for op in ("<=", "=", ">="):
+            folded = conn.explain(f"SELECT COUNT(*) FROM t WHERE ts {op} DATE '1994-01-01' "
+                                  "+ INTERVAL '9' DAY", epsilon=1).sql
+            assert "1994-01-01" in folded and "1994-01-10" not in folded
+            sql = f"SELECT COUNT(*) FROM t WHERE d {op} DATE '1994-01-01' + INTERVAL '9' DAY"
+            assert "'1994-01-10'" in conn.explain(sql, epsilon=1).sql
+            # discrete Laplace of scale 1/50: 0 with probability 1 - 4e-22
+            assert conn.execute(sql, epsilon=50).rows[0][0] == 5, op

@@ -19,11 +19,13 @@ Casting a date ``d`` to TIMESTAMP gives midnight of ``d``, and midnights are ord
 their days, so ``d op midnight(D')`` and ``d op D'`` agree for every comparison ``op``
 (=, <>, <, <=, >, >=) and BETWEEN, on every date the cast accepts. A date the cast
 refuses made the guarded comparison NULL (the row left out); compared with ``D'`` it
-gets its true answer instead. A timestamp column compared with ``D'`` is compared with
-midnight of ``D'`` (the DATE is cast), so it keeps its meaning too. Only columns the
-catalog types as DATE or TIMESTAMP are rewritten (a string column compared with a DATE
-would be cast differently), and only in the statistics query's own WHERE and join
-conditions, where the plan's scope names each column's table.
+gets its true answer instead. Only columns the catalog types as DATE are rewritten (a
+string column compared with a DATE would be cast differently), and only in the
+statistics query's own WHERE and join conditions, where the plan's scope names each
+column's table. A TIMESTAMP column is left alone: it is not cast (``DATE + INTERVAL`` is
+already a TIMESTAMP), so there is nothing to gain, and SQLite, which keeps timestamps as
+text, compares ``'1994-01-10 00:00:00'`` with the date text ``'1994-01-10'`` as longer,
+so a midnight and its day would not compare alike there.
 
 The pass never changes what is released or charged: it rewrites a row condition into
 one with the same truth on every row the original could evaluate, and the result still
@@ -50,15 +52,15 @@ from dpsql.rewrite._sql import constant
 
 #: Comparisons whose truth on dates and on their midnights is the same.
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
-#: Catalog types compared with a DATE exactly as with its midnight.
-_TEMPORAL = ("date", "timestamp")
+#: Catalog types rewritten (see the module docstring on TIMESTAMP).
+_TEMPORAL = ("date",)
 _DAYS = {"DAY": 1, "DAYS": 1, "WEEK": 7, "WEEKS": 7}
 _MONTHS = {"MONTH": 1, "MONTHS": 1, "YEAR": 12, "YEARS": 12}
 
 
 def date_constants(expression: exp.Select, plan: Plan) -> exp.Select:
-    """Replaces ``D ± INTERVAL 'n' UNIT`` compared with a date or timestamp column of the
-    statistics query's own scope by the date it stands for (module docstring)."""
+    """Replaces ``D ± INTERVAL 'n' UNIT`` compared with a date column of the statistics
+    query's own scope by the date it stands for (module docstring)."""
     for node in list(expression.find_all(*_COMPARISONS, exp.Between)):
         if node.find_ancestor(exp.Select) is not expression:
             continue  # a derived table's condition: its columns are not the plan scope's
@@ -66,7 +68,7 @@ def date_constants(expression: exp.Select, plan: Plan) -> exp.Select:
             columns, constants = [node.this], ["low", "high"]
         else:
             columns, constants = [node.this, node.expression], ["this", "expression"]
-        if not any(_temporal_column(c, plan) for c in columns):
+        if not any(_date_column(c, plan) for c in columns):
             continue
         for arg in constants:
             day = _date_of(node.args.get(arg))
@@ -75,8 +77,8 @@ def date_constants(expression: exp.Select, plan: Plan) -> exp.Select:
     return expression
 
 
-def _temporal_column(node: exp.Expression, plan: Plan) -> bool:
-    """Whether ``node`` is a column of a catalog table the catalog types DATE/TIMESTAMP."""
+def _date_column(node: exp.Expression, plan: Plan) -> bool:
+    """Whether ``node`` is a column of a catalog table the catalog types DATE."""
     if not isinstance(node, exp.Column):
         return False
     scope = plan.scope
