@@ -74,6 +74,16 @@ def _numeric(node: exp.Expression, ctx: Context) -> exp.Expression:
                                                         or ""):
             return sentinel_clamp(node, "-1e300", "1e300")
         return node
+    return _as_numeric(node, ctx)
+
+
+def _as_numeric(node: exp.Expression, ctx: Context | None) -> exp.Expression:
+    """``CAST(node AS NUMERIC)``; a float through DOUBLE PRECISION first: PostgreSQL
+    casts a REAL to NUMERIC with 6 significant digits (``float4_numeric``: 1234567.5
+    became 1234570, a sum 19.983369 for DuckDB's 19.98336983919143), a DOUBLE
+    PRECISION with 15, and REAL to DOUBLE PRECISION is exact (attack review)."""
+    if ctx is not None and ctx.family(node) == FLOAT:
+        node = exp.Cast(this=node, to=exp.DataType.build("DOUBLE"))
     return exp.Cast(this=node, to=exp.DataType.build("DECIMAL"))
 
 
@@ -406,7 +416,7 @@ def postgres_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
         if isinstance(e, exp.Cast) and e.to.this == exp.DataType.Type.DECIMAL \
                 and not e.to.expressions:  # the guard model's widening (total.py)
             e = e.this
-        return _numeric_value(e)
+        return _numeric_value(e, ctx)
 
     def fix(node):
         arg = node.this
@@ -418,7 +428,7 @@ def postgres_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
     return replace_all(expression, (exp.Sum, exp.Avg), fix)
 
 
-def _numeric_value(value: exp.Expression) -> exp.Expression:
+def _numeric_value(value: exp.Expression, ctx: Context | None = None) -> exp.Expression:
     """``CAST(value AS NUMERIC)``, clamped again in NUMERIC where ``value`` is dpsql's
     clamp (:func:`dpsql.sqlbuild.clamp`), with or without its NULL guard.
 
@@ -435,9 +445,9 @@ def _numeric_value(value: exp.Expression) -> exp.Expression:
     'CAST(x * 2 AS DECIMAL)'
     """
     if isinstance(value, exp.Case) and _null_guard(value):
-        value.set("default", _numeric_value(value.args["default"]))
+        value.set("default", _numeric_value(value.args["default"], ctx))
         return value
-    cast = exp.Cast(this=value, to=exp.DataType.build("DECIMAL"))
+    cast = _as_numeric(value, ctx)
     bounds = _clamp_bounds(value)
     if bounds is None:
         return cast

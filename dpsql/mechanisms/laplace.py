@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
@@ -220,8 +221,10 @@ class Grid:
         if len(values) == 0:
             return []
         noise = self.units.sample(len(values))
-        if any(isinstance(v, int) and abs(v) > 2**53 for v in values):
-            # huge exact integers: round to the grid exactly, without a float detour
+        if any(isinstance(v, Decimal) or (isinstance(v, int) and abs(v) > 2**53)
+               for v in values):
+            # exact values (an engine's DECIMAL sum, huge integers): rounded to the grid
+            # exactly, without a float detour; round() is half to even, as rint
             step = Fraction(2) ** self.k
             return [_to_float((round(Fraction(v) / step) + int(z)) * step)
                     for v, z in zip(values, noise.tolist(), strict=True)]

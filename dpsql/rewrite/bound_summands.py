@@ -19,7 +19,15 @@ range is unchanged; one the conversion pushed past it is moved back to it; so ea
 changes the sum by at most ``L∞``, whatever the conversion did.
 
 Engines that add the summands as computed (DuckDB, SQLite, Spark:
-``EngineTraits.exact_summands``) get the tree unchanged.
+``EngineTraits.exact_summands``) get the tree unchanged. The exact NUMERIC sum then
+reaches the grid as it is, not as the nearest float (:func:`dpsql.noise._number`).
+
+Histograms (quantiles) are left out: their bound is the L1 norm ``R`` of a user's bin
+weights, a whole number, which no per-coordinate clamp expresses. The cast can raise
+that norm by a few parts in 10**15, and the privacy map counts ``floor(R / g) + width``
+units: a whole ``R`` is itself a multiple of any grid step ``g <= 1`` and lies at least
+1 below the next multiple of a step ``g > 1``, so such an excess reaches the next grid
+line only for a step below about ``R·10**-15`` (an ε share near 10**11).
 """
 
 from __future__ import annotations
