@@ -1,0 +1,57 @@
+"""A noisy sum added up in floating point can move further than its sensitivity.
+
+The grid Laplace mechanism (:class:`dpsql.mechanisms.laplace.GridLaplace`) counts
+``floor(L∞ / g) + 1`` grid units per group, which holds when neighbours' *exact* sums
+differ by at most ``L∞``. DuckDB adds a sum's summands (each user's partial, clamped to
+``L∞`` exactly) in double precision, left to right, and the roundings of the two sums
+differ: below, ``L∞ = 1.9999999999999998`` with a grid step ``g = 2`` counts one unit,
+the exact sums ``9·c`` and ``11·c`` (``c = 0.9999999999999999``) round to 4 and 5 units,
+but DuckDB's sums are 9.0 and 11.0, which round (half to even) to 4 and 6: one user moved
+the release two units, spending twice the ε charged. The factor is ``1 + 1/units``, so
+it matters at small ε shares (here 1.7e-4) and is about 1.0002 at ε = 1.
+
+The construction that closes it (not built yet, see the #23 note of 2026-11-27): each
+summand rounded to the grid in SQL and summed as integers of grid units
+(``SUM(CAST(ROUND(v * 2^-k) AS BIGINT))``, exact in HUGEINT), the noise added to those
+integers in Python; ``|round(p / g)| <= floor(L∞ / g) + 1`` keeps the same privacy map.
+PostgreSQL needs its TRY arithmetic kept in float8 there (its NUMERIC form casts a float
+with 15 digits). PostgreSQL's NUMERIC sums are exact already
+(``tests/privacy/test_postgres_summands.py``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+import numpy as np
+import pytest
+
+import dpsql
+from dpsql.mechanisms.laplace import DiscreteLaplace
+
+CATALOG = {"tables": {"t": {"user_key": "pid", "max_rows": 1, "columns": {
+    "pid": {"type": "int"}, "x": {"type": "float", "lower": 0, "upper": 2}}}}}
+SQL = "SELECT SUM(x * 0.9999999999999999) FROM t"
+EPSILON = 1.9999999999999998 / 12000  # scale 12000: grid 2^(13 - 12) = 2
+
+
+def _released(xs: list[float]) -> tuple[float, dict]:
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (pid INTEGER PRIMARY KEY, x DOUBLE)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", list(enumerate(xs)))
+    with dpsql.connect(con, catalog=CATALOG, budget=(10, 0.5), ledger=":memory:") as conn:
+        stat = conn.explain(SQL, epsilon=EPSILON).statistics[0]
+        return conn.execute(SQL, epsilon=EPSILON).rows[0][0], stat
+
+
+@pytest.mark.xfail(strict=True, reason="DuckDB adds summands in floating point; exact "
+                   "grid-unit sums are not built yet (module docstring)")
+def test_one_user_moves_a_duckdb_sum_by_at_most_the_units_counted(monkeypatch):
+    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+    before, stat = _released([1.7, 2.0, 1.5, 2.0, 1.5, 0.3])
+    after, _ = _released([1.7, 2.0, 2.0, 1.5, 2.0, 1.5, 0.3])
+    grid = 2.0 ** (math.floor(math.log2(stat["scale"])) - 12)
+    assert grid == 2.0 and stat["linf"] == 1.9999999999999998, stat
+    counted = math.floor(stat["linf"] / grid) + 1
+    assert round((after - before) / grid) <= counted, (before, after)
