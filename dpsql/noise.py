@@ -11,6 +11,7 @@ Which groups are released is decided here, never by the data alone:
 
 from __future__ import annotations
 
+import decimal
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -80,6 +81,8 @@ def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
 #: Largest magnitude a statistic's value is read as (a float's largest finite value).
 _LARGEST = 1.7976931348623157e308
 _LARGEST_DECIMAL = Decimal(_LARGEST)
+#: The DECIMAL context :func:`_number` computes in: nothing trapped, the widest range.
+_CONTEXT = decimal.Context(prec=28, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN, traps=[])
 
 
 def _number(value, integer: bool, keep_decimal: bool = False):
@@ -99,8 +102,15 @@ def _number(value, integer: bool, keep_decimal: bool = False):
     the value: an assertion failing after the charge would itself be an oracle (the
     fuzzers in ``tests/privacy/`` assert wholeness instead). A NaN (only from values
     outside the clamps' reach) reads as 0 and an infinity as the largest float; both
-    are then noised as any other value.
+    are then noised as any other value. DECIMAL arithmetic runs in a fixed context of
+    its own (:data:`_CONTEXT`, no traps): the application's context (an ``Inexact``
+    trap, a small precision) must not make a value raise after the charge.
     """
+    with decimal.localcontext(_CONTEXT):
+        return _number_in_context(value, integer, keep_decimal)
+
+
+def _number_in_context(value, integer: bool, keep_decimal: bool):
     if value is None:  # SUM over only NULLs
         return 0
     if integer and isinstance(value, int):
@@ -109,12 +119,13 @@ def _number(value, integer: bool, keep_decimal: bool = False):
             and value == value.to_integral_value():
         return int(value)
     if keep_decimal and not integer and isinstance(value, Decimal) and value.is_finite() \
-            and abs(value) <= _LARGEST_DECIMAL:
+            and -_LARGEST_DECIMAL <= value <= _LARGEST_DECIMAL:
         return value
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError, ArithmeticError):
-        number = _LARGEST if isinstance(value, Decimal) and value > 0 else 0.0
+        number = _LARGEST if isinstance(value, Decimal) and not value.is_nan() \
+            and value.copy_sign(1) == value else 0.0
     if number != number:
         number = 0.0
     number = max(-_LARGEST, min(_LARGEST, number))

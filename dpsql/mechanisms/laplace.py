@@ -17,6 +17,7 @@ released value is ``float + continuous noise`` and the low bits carry nothing
 
 from __future__ import annotations
 
+import decimal
 import math
 from collections.abc import Sequence
 from decimal import Decimal
@@ -221,24 +222,62 @@ class Grid:
         if len(values) == 0:
             return []
         noise = self.units.sample(len(values))
-        if any(isinstance(v, Decimal) or (isinstance(v, int) and abs(v) > 2**53)
-               for v in values):
-            # exact values (an engine's DECIMAL sum, huge integers): rounded to the grid
-            # exactly, without a float detour; round() is half to even, as rint
-            step = Fraction(2) ** self.k
-            return [_to_float((round(Fraction(v) / step) + int(z)) * step)
-                    for v, z in zip(values, noise.tolist(), strict=True)]
-        # v / 2^k is exact; rint rounds half to even, as the privacy maps allow
-        rounded = np.rint(np.asarray(values, dtype=np.float64) / self.grid)
-        return ((rounded + noise.astype(np.float64)) * self.grid).tolist()
+        # an exact value no float equals (an engine's DECIMAL sum, a huge integer) is
+        # rounded to the grid exactly, without a float detour; every other value as a
+        # float, where v / 2^k is exact and rint rounds half to even, as the privacy
+        # maps allow (and as the exact rounding does)
+        kinds = {type(v) for v in values}
+        exact = set() if kinds <= {float, np.float64} else \
+            {i for i, v in enumerate(values) if _not_a_float(v)}
+        if not exact:
+            floats = np.asarray(values, dtype=np.float64)
+        else:
+            floats = np.asarray([0.0 if i in exact else _float(v)
+                                 for i, v in enumerate(values)], dtype=np.float64)
+        out = ((np.rint(floats / self.grid) + noise.astype(np.float64)) * self.grid).tolist()
+        for i in exact:
+            out[i] = _times_grid(_grid_units(values[i], self.k) + int(noise[i]), self.k)
+        return out
 
 
-def _to_float(value: Fraction) -> float:
-    """A noisy exact value as a float; beyond the double range, ±inf (post-processing)."""
+#: Context of the exact grid rounding: no traps, and precision enough for a DECIMAL's
+#: digits times 2^|k| (|k| <= 1000: at most 1000 more digits) without rounding.
+_EXACT = decimal.Context(prec=4000, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN, traps=[])
+
+
+def _grid_units(value, k: int) -> int:
+    """``value / 2^k`` rounded half to even, exactly: a DECIMAL times the exact decimal
+    of ``2^-k`` (a float power of two), or a Fraction for an integer."""
+    if isinstance(value, Decimal):
+        scaled = _EXACT.multiply(value, Decimal(2.0**-k))
+        return int(scaled.to_integral_value(rounding=decimal.ROUND_HALF_EVEN, context=_EXACT))
+    return round(Fraction(value) / Fraction(2) ** k)
+
+
+def _not_a_float(value) -> bool:
+    """Whether ``value`` differs from every float: a DECIMAL with more digits than a
+    double holds (or beyond its range), an integer above 2**53. Context-free: the
+    comparison of a DECIMAL with the exact DECIMAL of a float rounds nothing."""
+    if isinstance(value, Decimal):
+        return value.is_finite() and Decimal(float(value)) != value
+    return isinstance(value, int) and abs(value) > 2**53
+
+
+def _float(value) -> float:
+    """``float(value)``; a DECIMAL NaN (which :func:`dpsql.noise._number` never hands
+    over) as 0 rather than an error."""
+    if isinstance(value, Decimal) and value.is_nan():
+        return 0.0
+    return float(value)
+
+
+def _times_grid(units: int, k: int) -> float:
+    """``units · 2^k`` as the nearest float (the float of ``units`` is correctly
+    rounded and scaling by a power of two is exact); beyond the double range, ±inf."""
     try:
-        return float(value)
+        return math.ldexp(float(units), k)
     except OverflowError:
-        return math.copysign(math.inf, value)
+        return math.copysign(math.inf, units)
 
 
 class GridLaplace(Grid):
