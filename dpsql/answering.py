@@ -42,7 +42,9 @@ def statistic_types(plan: Plan, schema: dict[str, str], reports_types: bool = Tr
                     and sqltypes.parse(t).base not in sqltypes.NUMBER_NAMES:
                 raise UnsupportedQueryError(
                     f"statistic {column} has type {t[:40]}; dpsql adds noise to numbers only")
-        if not stat.integer:
+        if not stat.integer or stat.grid is not None:
+            # a gridded sum comes back as an integer (HUGEINT) of grid units, which says
+            # nothing of its values; it keeps its grid mechanism (dpsql.grid_units)
             continue
         if reports_types:
             whole = all(t is not None and sqltypes.base_name(t) in sqltypes.EXACT_INTEGER_NAMES

@@ -53,6 +53,7 @@ from dpsql.errors import (
     UnsupportedQueryError,
 )
 from dpsql.explaining import Explaining
+from dpsql.grid_units import choose_grids, grids_agree
 from dpsql.keys import (
     float_key_type,
     keys_as_text,
@@ -434,6 +435,17 @@ class Connection(Explaining, Answering):
         if plan.stats or plan.selection is not None:
             schema = backend.check(expression)
             statistic_types(plan, dict(schema), backend.reports_types)
+            traits = EngineTraits.of(backend)
+            if choose_grids(plan, traits):
+                # an integer statistic the engine types as a fraction became a grid
+                # one: it is summed in grid units too, so the SQL is written again
+                # from the recorded decision (statistic_types leaves gridded ones be)
+                expression = rewrite(plan, engine=traits)
+                schema = backend.check(expression)
+                statistic_types(plan, dict(schema), backend.reports_types)
+            if not grids_agree(plan) or choose_grids(plan, traits):
+                # dpsql's own bug, reported as an internal error before the charge
+                raise RuntimeError("a statistic's grid changed after its rewrite")
             double_keys = [i for i, (name, t) in enumerate(schema) if name.startswith("__k")
                            and float_key_type(t)]
             key_types = [t for name, t in schema if name.startswith("__k")]
@@ -516,7 +528,9 @@ class Connection(Explaining, Answering):
                     "checks the database, not the catalog); a duplicated key would attach "
                     "one row to two users")
         stages.mark("analysis")
-        expression = rewrite(plan, engine=EngineTraits.of(backend))
+        traits = EngineTraits.of(backend)
+        choose_grids(plan, traits)  # recorded once, read by the rewrite and the noise
+        expression = rewrite(plan, engine=traits)
         stages.mark("rewrite")
         return plan, expression, backend
 

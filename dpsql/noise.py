@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from dpsql.analyze.plan import Plan
+from dpsql.grid_units import read_units
 from dpsql.keys import order_key
 from dpsql.mechanisms.laplace import Grid
 
@@ -46,6 +47,9 @@ def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
         """Exact values, group by group; a histogram's bins one after the other."""
         stat = plan.stat(name)
         columns = [index[c] for c in stat.columns]
+        if stat.grid is not None:  # whole grid units, summed exactly by the engine
+            return [read_units(exact[g][i]) if g in exact else 0
+                    for g in groups for i in columns]
         # a grid rounds the exact value itself (Grid.release): an engine's exact
         # DECIMAL must not be rounded to a float first
         keep = isinstance(stat.mechanism, Grid)
@@ -70,7 +74,11 @@ def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
             continue
         # a histogram's L1 bound covers all its bins at once, so one release noises
         # every coordinate at the calibrated scale
-        released = stat.mechanism.release(values(stat.name, groups))
+        # a gridded statistic's integer units get integer noise before any float
+        # (dpsql.grid_units): stat.grid was recorded with the SQL that computed them
+        release = stat.mechanism.release_units if stat.grid is not None \
+            else stat.mechanism.release
+        released = release(values(stat.name, groups))
         if stat.bins is not None:
             b = stat.bins.count
             released = [released[i * b:(i + 1) * b] for i in range(len(groups))]

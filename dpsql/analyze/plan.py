@@ -38,6 +38,10 @@ class Statistic:
         rho: the share of the query's ρ spent on this statistic (Gaussian).
         mechanism: the calibrated noise.
         bins: the histogram's bins (``hist`` only).
+        grid: the exponent ``k`` when the engine returns this statistic as a whole
+            number of grid units ``2^k`` (:mod:`dpsql.grid_units`); None: in value units.
+            Set before the rewrite (and only there), read by the rewrite and the noise
+            stage, so the SQL and the release agree on it.
     """
 
     name: str
@@ -52,6 +56,7 @@ class Statistic:
     rho: float | None = None
     mechanism: Noise | None = None
     bins: Bins | None = None
+    grid: int | None = None
 
     @property
     def width(self) -> int:

@@ -52,6 +52,10 @@ class Backend(ABC):
     #: A sum adds its summands as the engine computed them. PostgreSQL casts each to
     #: NUMERIC first, rounding a float (:mod:`dpsql.rewrite.bound_summands`).
     supports_exact_summands: bool = True
+    #: A real statistic's summands may be rounded to the noise's grid in SQL and summed
+    #: exactly as BIGINT grid units (:mod:`dpsql.grid_units`). Off: its sum is read in
+    #: value units (PostgreSQL's exact NUMERIC; SQLite's and Spark's floating point).
+    supports_grid_sums: bool = False
     #: The engine enforces PRIMARY KEY/UNIQUE constraints (needed to join along foreign
     #: keys to the user: see :meth:`unique_columns`).
     supports_unique_constraints: bool = True

@@ -100,6 +100,7 @@ class DuckDBBackend(Backend):
     allow = None  # set below, after the allow-list is defined
     supports_hash = True
     supports_no_external_access = True
+    supports_grid_sums = True  # BIGINT sums accumulate in HUGEINT: exact (dpsql.grid_units)
 
     def __init__(self, database: str | Path | duckdb.DuckDBPyConnection,
                  limits: Limits | None = None):

@@ -239,6 +239,25 @@ class Grid:
             out[i] = _times_grid(_grid_units(values[i], self.k) + int(noise[i]), self.k)
         return out
 
+    def release_units(self, units: Sequence[int]) -> list[float]:
+        """Noised values of statistics the engine already summed in whole grid units
+        (:mod:`dpsql.grid_units`): ``(units + noise) · 2^k``, each the nearest float.
+
+        Nothing is rounded here: the integers are exact, the noise is added to them in
+        integer arithmetic, and only the released multiple of ``2^k`` meets a float.
+        """
+        if len(units) == 0:
+            return []
+        noise = self.units.sample(len(units))
+        # int64 holds units + noise below 2^62 (the noise's own bound, as in
+        # DiscreteLaplace.release); the float of an int64 is correctly rounded and
+        # ldexp by 2^k exact while the result stays below 2^1023 (k <= 959)
+        if self.k <= 959 and all(-_SAFE < int(u) < _SAFE for u in units):
+            total = np.asarray(units, dtype=np.int64) + noise.astype(np.int64)
+            return np.ldexp(total.astype(np.float64), self.k).tolist()
+        return [_times_grid(int(u) + int(z), self.k)
+                for u, z in zip(units, noise.tolist(), strict=True)]
+
 
 #: Context of the exact grid rounding: no traps, and precision enough for a DECIMAL's
 #: digits times 2^|k| (|k| <= 1000: at most 1000 more digits) without rounding.

@@ -21,6 +21,7 @@ from dpsql.rewrite.bound_summands import bound_summands
 from dpsql.rewrite.clamp_values import clamp_values
 from dpsql.rewrite.count_distinct_values import count_distinct_values
 from dpsql.rewrite.date_constants import date_constants
+from dpsql.rewrite.grid_sums import grid_sums
 from dpsql.rewrite.guard_errors import guard_errors
 from dpsql.rewrite.per_user_aggregate import per_user_aggregate
 from dpsql.rewrite.restrict_domains import restrict_domains
@@ -37,6 +38,7 @@ RULES = (
     per_user_aggregate,
     bound_groups,
     bound_summands,
+    grid_sums,
     count_distinct_values,
     guard_errors,
 )

@@ -28,18 +28,25 @@ class EngineTraits:
             each float to NUMERIC, rounding it: there each summand gets the clamp
             :mod:`dpsql.rewrite.bound_summands` writes, which the engine's transforms
             repeat after the cast.
+        grid_sums: the engine sums a real statistic's summands as whole grid units,
+            exactly (the backend's ``supports_grid_sums``: DuckDB, whose BIGINT sums are
+            HUGEINTs): :func:`dpsql.grid_units.choose_grids` records which statistics,
+            and :mod:`dpsql.rewrite.grid_sums` writes their SQL. Off by default (the
+            golden fixtures' traits), and on engines that keep the floating-point sums.
     """
 
     reuse_ctes: bool = True
     filter_after_grouping: bool = True
     exact_summands: bool = True
+    grid_sums: bool = False
 
     @classmethod
     def of(cls, backend) -> EngineTraits:
         """The traits of the engine behind ``backend`` (its ``supports_*`` flags)."""
         return cls(reuse_ctes=backend.supports_materialized_ctes,
                    filter_after_grouping=backend.supports_key_filter_after_grouping,
-                   exact_summands=backend.supports_exact_summands)
+                   exact_summands=backend.supports_exact_summands,
+                   grid_sums=backend.supports_grid_sums)
 
 
 #: The traits of an engine that materialises CTEs (DuckDB, PostgreSQL, SQLite).

@@ -158,6 +158,10 @@ class _ZeroNoise:
     def release(self, values):
         return list(values)
 
+    def release_units(self, units):
+        """Grid units the engine summed (dpsql.grid_units) as values, unnoised."""
+        return [math.ldexp(float(u), self._mechanism.k) for u in units]
+
 
 @contextlib.contextmanager
 def noise_off(plan):
@@ -273,8 +277,10 @@ class Neighbours:
                 with fixed_seed():
                     plan, expression, backend = prepare(conn, sql, epsilon, delta, None, None,
                                                         mechanism)
-                    checked(conn, plan, expression, backend)
-                prepared.append((plan, expression, backend, None))
+                    # the SQL the engine runs: _check may write it again (a statistic
+                    # it summed in grid units, dpsql.grid_units) and reads keys back
+                    expression, read = checked(conn, plan, expression, backend)
+                prepared.append((plan, (expression, read), backend, None))
             except DpsqlError as exc:
                 prepared.append((None, None, None, exc))
             except Exception as exc:  # not a DpsqlError: a bug, though nothing is charged
@@ -291,7 +297,7 @@ class Neighbours:
             out.refusal = _short(errors[0] or errors[1])
             return out
         out.answered = True
-        (plan, expr, backend, _), (plan2, expr2, backend2, _) = prepared
+        (plan, (expr, read), backend, _), (plan2, (expr2, read2), backend2, _) = prepared
         sqls = backend.to_sql(expr), backend2.to_sql(expr2)
         if sqls[0] != sqls[1]:
             a, b = sqls
@@ -303,10 +309,11 @@ class Neighbours:
             return out
 
         results = []
-        for p, e, b in ((plan, expr, backend), (plan2, expr2, backend2)):
+        for p, e, b, r in ((plan, expr, backend, read), (plan2, expr2, backend2, read2)):
             try:
                 if p.stats or p.selection is not None:
-                    results.append(b.execute(e))
+                    columns, rows = b.execute(e)
+                    results.append((columns, r(rows)))
                 else:
                     results.append(([k.name for k in p.keys], []))
             except Exception as exc:  # noqa: BLE001 - every failure here is a finding
@@ -384,7 +391,11 @@ class Neighbours:
         G = plan.max_groups
         moved: dict[tuple, list[str]] = {}
         for stat in plan.stats:
-            linf = stat.linf
+            # a statistic summed in grid units (dpsql.grid_units) is compared in units,
+            # against what its grid mechanism's privacy map counts per group
+            linf = stat.linf if stat.grid is None else \
+                math.floor(stat.linf / 2.0**stat.grid) + stat.width
+            unit = "" if stat.grid is None else f" grid units of 2^{stat.grid}"
             total = 0.0
             for g in groups:
                 a, b = d.get(g), d2.get(g)
@@ -402,11 +413,11 @@ class Neighbours:
                     vb = [b[index2[c]] if b else None for c in stat.columns]
                     out.violations.append(Violation(
                         "linf", f"{stat.label} ({stat.name}) in group {g} moves by {dist:g} > "
-                        f"L∞ {linf:g}: D {_show(va)} → D′ {_show(vb)}"))
+                        f"L∞ {linf:g}{unit}: D {_show(va)} → D′ {_show(vb)}"))
             if total > G * linf * (1 + 1e-9) + 1e-9:
                 out.violations.append(Violation(
                     "l1", f"{stat.label} ({stat.name}) moves by {total:g} over groups > "
-                    f"G·L∞ = {G}·{linf:g}"))
+                    f"G·L∞ = {G}·{linf:g}{unit}"))
         if len(moved) > G:
             sample = sorted(moved, key=repr)[:6]
             out.violations.append(Violation(

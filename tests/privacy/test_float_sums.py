@@ -10,13 +10,14 @@ but DuckDB's sums are 9.0 and 11.0, which round (half to even) to 4 and 6: one u
 the release two units, spending twice the ε charged. The factor is ``1 + 1/units``, so
 it matters at small ε shares (here 1.7e-4) and is about 1.0002 at ε = 1.
 
-The construction that closes it (not built yet, see the #23 note of 2026-11-27): each
-summand rounded to the grid in SQL and summed as integers of grid units
-(``SUM(CAST(ROUND(v * 2^-k) AS BIGINT))``, exact in HUGEINT), the noise added to those
-integers in Python; ``|round(p / g)| <= floor(L∞ / g) + 1`` keeps the same privacy map.
-PostgreSQL needs its TRY arithmetic kept in float8 there (its NUMERIC form casts a float
-with 15 digits). PostgreSQL's NUMERIC sums are exact already
-(``tests/privacy/test_postgres_summands.py``).
+The construction that closes it (:mod:`dpsql.grid_units`, :mod:`dpsql.rewrite.grid_sums`):
+on DuckDB each summand is rounded to the grid in SQL and the sum is taken over integers of
+grid units (``SUM(CAST(ROUND(CAST(v AS DOUBLE) * 2^-k) AS BIGINT))``, exact in HUGEINT),
+and the noise is added to those integers in Python; ``|round(p / g)| <= floor(L∞ / g) + 1``
+keeps the same privacy map. Here each partial rounds to 1 unit but 0.3·c (0), so the release
+is 5 units before and 6 after: the new user's 1.9999999999999998 moves it one unit. PostgreSQL's
+NUMERIC sums are exact already (``tests/privacy/test_postgres_summands.py``); SQLite and
+Spark keep the floating-point sums (a known gap of factor ``1 + 1/units``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import math
 
 import duckdb
 import numpy as np
-import pytest
 
 import dpsql
 from dpsql.mechanisms.laplace import DiscreteLaplace
@@ -45,8 +45,6 @@ def _released(xs: list[float]) -> tuple[float, dict]:
         return conn.execute(SQL, epsilon=EPSILON).rows[0][0], stat
 
 
-@pytest.mark.xfail(strict=True, reason="DuckDB adds summands in floating point; exact "
-                   "grid-unit sums are not built yet (module docstring)")
 def test_one_user_moves_a_duckdb_sum_by_at_most_the_units_counted(monkeypatch):
     monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
     before, stat = _released([1.7, 2.0, 1.5, 2.0, 1.5, 0.3])
@@ -55,3 +53,4 @@ def test_one_user_moves_a_duckdb_sum_by_at_most_the_units_counted(monkeypatch):
     assert grid == 2.0 and stat["linf"] == 1.9999999999999998, stat
     counted = math.floor(stat["linf"] / grid) + 1
     assert round((after - before) / grid) <= counted, (before, after)
+    assert (before, after) == (10.0, 12.0)  # 5 and 6 units: the rounded partials

@@ -1,0 +1,88 @@
+"""Pass: each summand of a gridded statistic is rounded to the grid in SQL, and the sum
+is taken over integers of grid units, exactly.
+
+Why (the argument is :mod:`dpsql.grid_units`): a sum added in double precision can move
+further than the ``L∞`` its noise covers, so one user could move a release by more grid
+units than the privacy map counts. Here the top-level ``SUM(v) AS __sN`` of each
+statistic with ``Statistic.grid = k`` becomes
+
+    ``SUM(CAST(ROUND(CAST(v AS DOUBLE) * 2^-k) AS BIGINT)) AS __sN``
+
+(``2^-k`` a DOUBLE literal, exactly the power of two), whose integer total the engine
+computes exactly (DuckDB: a HUGEINT), and each user changes it by exactly its own rounded
+partial. The noise stage reads that column as units
+(:meth:`~dpsql.mechanisms.laplace.Grid.release_units`). Which statistics are gridded is
+decided before the rewrite (:func:`dpsql.grid_units.choose_grids`), never here: the pass
+only writes what the plan records, and fails (before the charge: an internal error, as
+:meth:`dpsql.Connection.execute` reports a bug) on a statistic recorded as gridded whose
+top-level SUM it cannot find, so that no column the noise stage reads as units is in value
+units.
+
+Engines without ``EngineTraits.grid_sums`` get no statistic recorded as gridded, so the
+tree is unchanged: PostgreSQL sums NUMERICs exactly (:mod:`dpsql.rewrite.bound_summands`);
+SQLite and Spark keep the floating-point sums (a known gap, ``tests/privacy/
+test_float_sums.py``).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.analyze.plan import Plan
+from dpsql.rewrite.traits import DEFAULT, EngineTraits
+
+
+def grid_sums(expression: exp.Select, plan: Plan,
+              engine: EngineTraits = DEFAULT) -> exp.Select:
+    """Sums each gridded statistic's summands as whole grid units.
+
+    >>> from dpsql.engine import _demo_plan
+    >>> from dpsql.grid_units import choose_grids
+    >>> from dpsql.rewrite import rewrite
+    >>> from dpsql.rewrite.traits import EngineTraits
+    >>> plan = _demo_plan("SELECT SUM(income) FROM pums_dup", max_rows=2)
+    >>> duckdb = EngineTraits(grid_sums=True)
+    >>> choose_grids(plan, duckdb)
+    True
+    >>> sql = rewrite(plan, engine=duckdb).sql()
+    >>> sql[sql.index(") SELECT") + 2:sql.index(" FROM __per_user")]
+    'SELECT SUM(CAST(ROUND(CAST(__s0 AS DOUBLE) * 0.0078125e0) AS BIGINT)) AS __s0'
+    """
+    gridded = {s.name: s for s in plan.stats if s.grid is not None}
+    if not gridded:
+        return expression
+    if not engine.grid_sums:
+        # dpsql's own bug: execute() reports it as an internal error, before the charge
+        raise RuntimeError("a statistic is planned in grid units on an engine without them")
+    found = set()
+    for item in expression.expressions:
+        column = item.alias_or_name
+        stat = gridded.get(column) or (gridded.get(column.rsplit("_", 1)[0])
+                                       if column.count("_") > 2 else None)
+        total = item.this if isinstance(item, exp.Alias) else None
+        if stat is None or not isinstance(total, exp.Sum) \
+                or isinstance(total.this, exp.Distinct) or column not in stat.columns:
+            continue
+        total.set("this", _units(total.this, stat.grid))
+        found.add(column)
+    missing = [c for s in gridded.values() for c in s.columns if c not in found]
+    if missing:
+        raise RuntimeError(f"statistic column {missing[0]} has no top-level SUM to grid")
+    return expression
+
+
+def _units(summand: exp.Expression, k: int) -> exp.Expression:
+    """``CAST(ROUND(CAST(summand AS DOUBLE) * 2^-k) AS BIGINT)``."""
+    scaled = exp.Mul(this=exp.Cast(this=summand.copy(), to=exp.DataType.build("DOUBLE")),
+                     expression=_power_of_two(-k))
+    return exp.Cast(this=exp.Round(this=scaled), to=exp.DataType.build("BIGINT"))
+
+
+def _power_of_two(e: int) -> exp.Literal:
+    """``2^e`` as a DOUBLE literal (the ``e`` notation), which parses back to exactly
+    ``2^e``: the shortest ``repr`` of a double round-trips, and the engines parse
+    decimal text to the nearest double."""
+    text = repr(2.0**e)
+    if "e" not in text:
+        text += "e0"
+    return exp.Literal.number(text)
