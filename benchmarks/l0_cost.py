@@ -29,12 +29,17 @@ from dpsql.rewrite.traits import EngineTraits
 
 
 def sql_variants(conn, query) -> dict[str, str]:
-    """``sql`` (what dpsql runs) and ``no_l0`` (the same plan without the L0 step)."""
-    explained = conn.explain(query.sql, epsilon=1.0, delta=query.delta).sql
-    plan, _, backend = conn._prepare(query.sql, 1.0, query.delta, None, None)
+    """``sql`` (what dpsql runs) and ``no_l0`` (the same plan without the L0 step).
+
+    The SQL is the checked one, as ``execute`` runs it: the checks may write it again
+    (a sum the engine types as a fraction is summed in grid units, :mod:`dpsql.grid_units`).
+    """
+    plan, expression, backend = conn._prepare(query.sql, 1.0, query.delta, None, None)
+    expression, _ = conn._check(plan, expression, backend)
     plain = rewrite(dataclasses.replace(plan, bound_groups=False),
-                    engine=EngineTraits(reuse_ctes=backend.supports_materialized_ctes))
-    return {"floor": query.floor, "sql": explained, "no_l0": backend.to_sql(plain)}
+                    engine=EngineTraits.of(backend))
+    return {"floor": query.floor, "sql": backend.to_sql(expression),
+            "no_l0": backend.to_sql(plain)}
 
 
 def time_interleaved(con: duckdb.DuckDBPyConnection, variants: dict[str, str],
