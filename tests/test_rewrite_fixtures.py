@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from dpsql.engine import _demo_plan
+from dpsql.grid_units import choose_grids
 from dpsql.rewrite import RULES, EngineTraits, statistics_query
 from tests.support import read_cases, write_cases
 
@@ -31,13 +32,19 @@ PASSES = {"statistics_query": 0, **{rule.__name__: i + 1 for i, rule in enumerat
 #: ``# max_rows: 4`` before a case: an option of its plan.
 OPTIONS = {"max_rows": int, "max_groups": int, "catalog": str,
            # an engine trait (dpsql.rewrite.traits): ``# exact_summands: false``
-           "exact_summands": lambda v: v.strip().lower() == "true"}
+           "exact_summands": lambda v: v.strip().lower() == "true",
+           # ``# grid_sums: true``: real statistics summed in grid units
+           # (dpsql.grid_units), as on DuckDB; off by default
+           "grid_sums": lambda v: v.strip().lower() == "true"}
+TRAITS = ("exact_summands", "grid_sums")
 REGEN = os.environ.get("DPSQL_REGEN_FIXTURES") == "1"
 
 
 def rewritten(sql: str, upto: int, options: dict):
-    traits = EngineTraits(exact_summands=options.get("exact_summands", True))
-    plan = _demo_plan(sql, seed=0, **{k: v for k, v in options.items() if k != "exact_summands"})
+    traits = EngineTraits(exact_summands=options.get("exact_summands", True),
+                          grid_sums=options.get("grid_sums", False))
+    plan = _demo_plan(sql, seed=0, **{k: v for k, v in options.items() if k not in TRAITS})
+    choose_grids(plan, traits)  # as the engine does before its rewrite
     expression = statistics_query(plan)
     for rule in RULES[:upto]:
         if "engine" in inspect.signature(rule).parameters:
@@ -77,15 +84,29 @@ def test_fixture(path, index, case, request):
     # Meaning: on in-bounds data the rewrite leaves every exact statistic unchanged.
     data = request.getfixturevalue(
         "tpch_db" if case["options"].get("catalog") == "tpch" else "pums_db")
+    # A gridded statistic comes back in whole grid units, each summand rounded: it is
+    # within half a step per summand (at most one per row read) of the exact value.
+    grids = {c: s.grid for s in plan.stats if s.grid is not None for c in s.columns}
     plain, names = _rows(data, statistics_query(plan))
     private, _ = _rows(data, expression, names)
+    summands = _rows_read(data) if grids else 0
     assert len(plain) == len(private)
     for a, b in zip(plain, private, strict=True):
-        for x, y in zip(a, b, strict=True):
-            if isinstance(x, int | float) and isinstance(y, int | float):
+        for name, x, y in zip(names, a, b, strict=True):
+            if name in grids:
+                assert isinstance(y, int), (name, y)
+                step = 2.0**grids[name]
+                assert abs(float(x or 0) - y * step) <= summands * step / 2, (name, x, y)
+            elif isinstance(x, int | float) and isinstance(y, int | float):
                 assert math.isclose(float(x), float(y), rel_tol=1e-9, abs_tol=1e-6)
             else:
                 assert x == y
+
+
+def _rows_read(con) -> int:
+    """Rows of all the database's tables: a bound on the summands of any statistic."""
+    tables = [t for (t,) in con.execute("SHOW TABLES").fetchall()]
+    return sum(con.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0] for t in tables)
 
 
 def test_every_pass_has_fixtures():

@@ -83,9 +83,9 @@ def no_noise(monkeypatch):
     monkeypatch.setattr(DiscreteGaussian, "sample", _zero)
 
 
-@settings(max_examples=int(os.environ.get("DPSQL_GRID_EXAMPLES", "25")), deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                 HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("DPSQL_GRID_EXAMPLES", "25")), deadline=None,
+          derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                   HealthCheck.too_slow])
 @given(users=st.lists(rows_of_user, min_size=1, max_size=8), added=rows_of_user,
        order=st.randoms(use_true_random=False), query=st.sampled_from(QUERIES),
        epsilon=st.sampled_from([1e-4, 2.5e-4, 6e-4, 1e-3]),
