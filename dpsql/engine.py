@@ -53,7 +53,7 @@ from dpsql.errors import (
     UnsupportedQueryError,
 )
 from dpsql.explaining import Explaining
-from dpsql.grid_units import choose_grids, grids_agree
+from dpsql.grid_units import choose_grids, settle_grids
 from dpsql.keys import (
     float_key_type,
     keys_as_text,
@@ -435,17 +435,7 @@ class Connection(Explaining, Answering):
         if plan.stats or plan.selection is not None:
             schema = backend.check(expression)
             statistic_types(plan, dict(schema), backend.reports_types)
-            traits = EngineTraits.of(backend)
-            if choose_grids(plan, traits):
-                # an integer statistic the engine types as a fraction became a grid
-                # one: it is summed in grid units too, so the SQL is written again
-                # from the recorded decision (statistic_types leaves gridded ones be)
-                expression = rewrite(plan, engine=traits)
-                schema = backend.check(expression)
-                statistic_types(plan, dict(schema), backend.reports_types)
-            if not grids_agree(plan) or choose_grids(plan, traits):
-                # dpsql's own bug, reported as an internal error before the charge
-                raise RuntimeError("a statistic's grid changed after its rewrite")
+            expression, schema = settle_grids(plan, expression, schema, backend)
             double_keys = [i for i, (name, t) in enumerate(schema) if name.startswith("__k")
                            and float_key_type(t)]
             key_types = [t for name, t in schema if name.startswith("__k")]
