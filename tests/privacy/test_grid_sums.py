@@ -159,3 +159,18 @@ def test_duckdb_sums_real_statistics_in_grid_units():
                 if stat.grid is not None:
                     assert stat.grid == stat.mechanism.k
                     assert f"* {2.0**-stat.grid!r}" in backend.to_sql(expression)
+
+
+def test_release_units_adds_integer_noise_to_integer_units(monkeypatch):
+    """(units + noise) · 2^k, each the nearest float: exact integers first (beyond int64
+    too), one rounding at the end, ±inf past the double range (never an error)."""
+    from dpsql.mechanisms.laplace import GridLaplace
+
+    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.ones(n, dtype=np.int64))
+    m = GridLaplace(8192.0, -12)
+    assert m.release_units([]) == []
+    assert m.release_units([3, -5, 0]) == [4 / 4096, -4 / 4096, 1 / 4096]
+    assert m.release_units([2**70, 2**53]) == [math.ldexp(float(2**70 + 1), -12),
+                                               math.ldexp(float(2**53 + 1), -12)]
+    top = GridLaplace(8192.0, 1000)
+    assert top.release_units([1, 2**30]) == [2.0**1001, math.inf]
