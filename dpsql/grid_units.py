@@ -33,6 +33,14 @@ Why the privacy map is unchanged. Each summand ``p`` is one user's partial in on
   bin partials ``w_j >= 0`` with ``Σ w_j <= L∞`` move ``Σ round(w_j / g) <=
   Σ (floor(w_j / g) + 1) <= floor(L∞ / g) + width`` units, the histogram map's count
   (the Gaussian maps' ``_l2_units`` bound the same per-coordinate moves).
+* **Not yet true:** a user's partial over several rows (the per-user step) is itself a
+  floating-point ``SUM`` of the user's clamped rows, whose rounding depends on the order
+  DuckDB adds them (storage order, threads). The partial, and so its rounded units, is
+  then not a function of the user's rows alone, and a partial on a grid half-line can
+  round either way (attack review: 8 units moved where 7 are counted,
+  ``tests/privacy/test_float_sums.py``, a strict xfail). Summing each user's rows
+  exactly (integers of a finer grid) would close it; ``SUM(v ORDER BY v)`` does, at four
+  times the cost on PUMS 1M.
 * A summand the engine cannot convert (a NaN, which the clamps already remove; the
   totality guard turns a failing cast into NULL) is skipped by SUM: it contributes 0,
   also within the count.
