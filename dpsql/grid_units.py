@@ -132,20 +132,3 @@ def settle_grids(plan, expression, schema, backend):
     if not grids_agree(plan) or choose_grids(plan, traits):
         raise RuntimeError("a statistic's grid changed after its rewrite")
     return expression, schema
-
-
-def read_units(value) -> int:
-    """A gridded statistic's value from the engine (a HUGEINT) as whole units; total.
-
-    NULL (a group without summands) is 0 units. Anything else that is not an integer
-    (never the case for the SQL :mod:`dpsql.rewrite.grid_sums` writes) is rounded, and
-    a value that is no finite number reads as 0, so nothing raises after the charge.
-    """
-    if value is None or isinstance(value, bool):
-        return int(bool(value))
-    if isinstance(value, int):
-        return value
-    try:
-        return round(value)
-    except (TypeError, ValueError, OverflowError, ArithmeticError):
-        return 0

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from dpsql.analyze.plan import Plan
-from dpsql.grid_units import read_units
 from dpsql.keys import order_key
 from dpsql.mechanisms.laplace import Grid
 
@@ -140,3 +139,20 @@ def _number_in_context(value, integer: bool, keep_decimal: bool):
     if integer:  # not reached when the engine types the statistic as an integer
         return int(number)
     return number
+
+
+def read_units(value) -> int:
+    """A gridded statistic's value from the engine (a HUGEINT) as whole units; total.
+
+    NULL (a group without summands) is 0 units. Anything else that is not an integer
+    (never the case for the SQL :mod:`dpsql.rewrite.grid_sums` writes) is rounded, and
+    a value that is no finite number reads as 0, so nothing raises after the charge.
+    """
+    if value is None or isinstance(value, bool):
+        return int(bool(value))
+    if isinstance(value, int):
+        return value
+    try:
+        return round(value)
+    except (TypeError, ValueError, OverflowError, ArithmeticError):
+        return 0
