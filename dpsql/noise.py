@@ -113,6 +113,8 @@ def _number(value, integer: bool, keep_decimal: bool = False):
     its own (:data:`_CONTEXT`, no traps): the application's context (an ``Inexact``
     trap, a small precision) must not make a value raise after the charge.
     """
+    if not isinstance(value, Decimal):  # the hot path: ints and floats need no context
+        return _number_in_context(value, integer, keep_decimal)
     with decimal.localcontext(_CONTEXT):
         return _number_in_context(value, integer, keep_decimal)
 

@@ -54,18 +54,19 @@ def grid_sums(expression: exp.Select, plan: Plan,
     if not engine.grid_sums:
         # dpsql's own bug: execute() reports it as an internal error, before the charge
         raise RuntimeError("a statistic is planned in grid units on an engine without them")
+    # a histogram's bins are columns <name>_<j> of one statistic
+    by_column = {c: s for s in gridded.values() for c in s.columns}
     found = set()
     for item in expression.expressions:
         column = item.alias_or_name
-        stat = gridded.get(column) or (gridded.get(column.rsplit("_", 1)[0])
-                                       if column.count("_") > 2 else None)
+        stat = by_column.get(column)
         total = item.this if isinstance(item, exp.Alias) else None
         if stat is None or not isinstance(total, exp.Sum) \
-                or isinstance(total.this, exp.Distinct) or column not in stat.columns:
+                or isinstance(total.this, exp.Distinct):
             continue
         total.set("this", _units(total.this, stat.grid))
         found.add(column)
-    missing = [c for s in gridded.values() for c in s.columns if c not in found]
+    missing = [c for c in by_column if c not in found]
     if missing:
         raise RuntimeError(f"statistic column {missing[0]} has no top-level SUM to grid")
     return expression
