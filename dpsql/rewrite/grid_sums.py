@@ -29,6 +29,8 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
+from dpsql.grid_units import fine_exponent
+from dpsql.rewrite.per_user_aggregate import PER_USER
 from dpsql.rewrite.traits import DEFAULT, EngineTraits
 
 
@@ -69,7 +71,40 @@ def grid_sums(expression: exp.Select, plan: Plan,
     missing = [c for c in by_column if c not in found]
     if missing:
         raise RuntimeError(f"statistic column {missing[0]} has no top-level SUM to grid")
+    _exact_partials(expression, by_column)
     return expression
+
+
+def _exact_partials(expression: exp.Select, by_column: dict) -> None:
+    """In the per-user step, each gridded partial's ``SUM`` over the user's rows is
+    taken exactly, in integers of a finer grid (:func:`_fine_sum`), so the partial is a
+    function of the user's rows alone, whatever order the engine adds them in."""
+    with_ = expression.args.get("with_")
+    ctes = {c.alias: c.this for c in with_.expressions} if with_ else {}
+    per_user = ctes.get(PER_USER)
+    if per_user is None:  # one row per user: the top-level SUM adds rows, rounded above
+        return
+    for item in per_user.expressions:
+        stat = by_column.get(item.alias_or_name)
+        if stat is None:
+            continue
+        j = fine_exponent(stat.linf, stat.grid)
+        for total in list(item.find_all(exp.Sum)):
+            if not isinstance(total.this, exp.Distinct):
+                total.replace(_fine_sum(total.this, j))
+
+
+def _fine_sum(value: exp.Expression, j: int) -> exp.Expression:
+    """``CAST(SUM(CAST(CAST(value AS DOUBLE) * 2^-j AS BIGINT)) AS DOUBLE) * 2^j``: the
+    rows' values rounded to multiples of ``2^j`` (the cast rounds; which way a tie goes
+    does not matter, only that it is a function of the row) and added as integers,
+    exactly, in a HUGEINT; then scaled back. NULL where every value is NULL, as ``SUM``.
+    """
+    scaled = exp.Mul(this=exp.Cast(this=value.copy(), to=exp.DataType.build("DOUBLE")),
+                     expression=_power_of_two(-j))
+    units = exp.Sum(this=exp.Cast(this=scaled, to=exp.DataType.build("BIGINT")))
+    return exp.paren(exp.Mul(this=exp.Cast(this=units, to=exp.DataType.build("DOUBLE")),
+                             expression=_power_of_two(j)), copy=False)
 
 
 def _units(summand: exp.Expression, k: int) -> exp.Expression:
