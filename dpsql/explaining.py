@@ -64,6 +64,11 @@ class Explaining:
             plan, expression, backend = self._prepare(sql, epsilon, delta, max_groups,
                                                       max_rows, mechanism, bias_check,
                                                       seed=seed)
+            # execute()'s checks before its charge: the engine's types may turn a
+            # statistic into a grid one and the SQL is then written again
+            # (dpsql.grid_units.settle_grids), so the SQL and mechanisms shown are those
+            # that run, and what execute() would refuse, explain() refuses too
+            expression, _ = self._check(plan, expression, backend)
             sql_text = backend.to_sql(expression)
             statistics = split_table(plan, alpha)
             selection = selection_summary(plan, alpha)
