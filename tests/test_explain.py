@@ -381,20 +381,20 @@ def test_explanation_escapes_what_it_shows(visits):
 
 
 def test_explain_shows_the_sql_and_mechanism_that_run(tmp_path):
-    """``SUM(x / 3)`` over an integer column: the analysis plans an integer sum, the
-    engine types ``x / 3`` as a fraction, and execute()'s checks turn it into a grid sum
+    """``SUM(x)`` over a HUGEINT column: the analysis plans an integer sum, DuckDB does
+    not type the sum as an exact integer, and execute()'s checks turn it into a grid sum
     and write the SQL again (dpsql.grid_units.settle_grids). explain() runs the same
     checks, so it shows the grid mechanism and the grid-unit SQL that execute() runs,
-    not the integer plan."""
+    not the integer plan (it showed discrete Laplace)."""
     con = duckdb.connect()
-    con.execute("CREATE TABLE t (pid INTEGER, x INTEGER)")
+    con.execute("CREATE TABLE t (pid INTEGER, x HUGEINT)")
     con.execute("INSERT INTO t VALUES (1, 4), (2, 7)")
     catalog = {"tables": {"t": {"user_key": "pid", "max_rows": 4, "columns": {
         "pid": {"type": "int"}, "x": {"type": "int", "lower": 0, "upper": 10}}}}}
     with dpsql.connect(con, catalog=catalog, budget=(10, 0.5),
                        ledger=str(tmp_path / "l.db")) as conn:
-        shown = conn.explain("SELECT SUM(x / 3) FROM t", epsilon=1.0)
-        ran = conn.execute("SELECT SUM(x / 3) FROM t", epsilon=1.0)
+        shown = conn.explain("SELECT SUM(x) FROM t", epsilon=1.0)
+        ran = conn.execute("SELECT SUM(x) FROM t", epsilon=1.0)
     assert shown.statistics[0]["mechanism"] == "grid Laplace", shown.statistics
     assert "AS BIGINT)) AS __s0" in shown.sql, shown.sql
     assert len(ran.rows) == 1
