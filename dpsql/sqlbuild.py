@@ -112,6 +112,41 @@ def number(value: float) -> exp.Expression:
     return exp.Neg(this=literal) if value < 0 else literal
 
 
+def power_of_two(e: int) -> exp.Literal:
+    """``2^e`` as a DOUBLE literal (the ``e`` notation), which parses back to exactly
+    ``2^e``: the shortest ``repr`` of a double round-trips, and the engines parse
+    decimal text to the nearest double.
+
+    >>> power_of_two(-3).sql(), power_of_two(4).sql()
+    ('0.125e0', '16.0e0')
+    """
+    text = repr(2.0**e)
+    if "e" not in text:
+        text += "e0"
+    return exp.Literal.number(text)
+
+
+def fine_sum(value: exp.Expression, j: int) -> exp.Expression:
+    """``(CAST(SUM(CAST(CAST(value AS DOUBLE) * 2^-j AS BIGINT)) AS DOUBLE) * 2^j)``.
+
+    A sum that depends on its values alone, not on the order the engine adds them in: each
+    value is rounded to a multiple of ``2^j`` (the cast rounds, or truncates on
+    SQLite; which way does not matter, only that it is a function of the value) and the
+    multiples are added as integers, exactly (DuckDB: HUGEINT; PostgreSQL: NUMERIC;
+    Spark: DECIMAL(38, 0) by its transforms; SQLite: a float sum, exact while the total
+    stays below 2^53 units), then scaled back. NULL where every value is NULL, as
+    ``SUM``. The caller picks ``j`` so that a value's units fit a BIGINT.
+
+    >>> fine_sum(exp.column("x"), -3).sql()
+    '(CAST(SUM(CAST(CAST(x AS DOUBLE) * 8.0e0 AS BIGINT)) AS DOUBLE) * 0.125e0)'
+    """
+    scaled = exp.Mul(this=exp.Cast(this=value.copy(), to=exp.DataType.build("DOUBLE")),
+                     expression=power_of_two(-j))
+    units = exp.Sum(this=exp.Cast(this=scaled, to=exp.DataType.build("BIGINT")))
+    return exp.paren(exp.Mul(this=exp.Cast(this=units, to=exp.DataType.build("DOUBLE")),
+                             expression=power_of_two(j)), copy=False)
+
+
 def clamp(
     value: exp.Expression, lower: float, upper: float, keep_null: bool = False
 ) -> exp.Expression:

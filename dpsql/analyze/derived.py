@@ -16,6 +16,16 @@ SQL enforces them when it computes the derived table (``R`` is the inner table's
 * ``AVG(x)``, ``MIN(x)``, ``MAX(x)``: an average, least or greatest of values clamped
   to ``[L, U]`` stays in ``[L, U]`` (NULL when the user has no value).
 
+**A function of the user's rows alone.** A SUM or AVG of real values is not added in
+floating point: the engine's rounding of a float sum depends on the order it adds the
+rows (storage order, threads), so the same user's rows gave different derived values,
+and a value near a line the outer query tests (a grid half-line of its noise, a WHERE
+threshold) moved every such user at once (attack review: 8 users stored in the other
+order moved a release 8 grid units where 7 were counted, and 1000 users 1000). Such an
+aggregate is the exact sum of its rows rounded to multiples of ``2^j``
+(:func:`dpsql.sqlbuild.fine_sum`, :func:`_fine_exponent`), an AVG that sum over the count
+clamped back to ``[L, U]``: the same multiset of rows gives the same value on every run.
+
 The outer query then sees an ordinary private table whose user key is the inner one,
 with ``max_rows`` 1 when the inner query groups by the user key alone (one row per
 user) and the inner table's bounds otherwise.
@@ -30,6 +40,7 @@ tables but the function it is given).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 from sqlglot import exp
@@ -40,7 +51,7 @@ from dpsql.analyze.names import qualify
 from dpsql.analyze.scope import Scope, build_scope
 from dpsql.catalog import Catalog, Column, Table
 from dpsql.errors import UnsupportedQueryError
-from dpsql.sqlbuild import clamp, number
+from dpsql.sqlbuild import clamp, fine_sum, number
 
 #: A derived table analysed: (its catalog table, its bounded SQL, its inner scope,
 #: whether it has one row per user).
@@ -198,13 +209,43 @@ def _aggregate(agg: exp.Expression, name: str, scope: Scope,
     interval = bounds(arg, scope.column)
     value = clamp(_try(arg.copy()), interval.lower, interval.upper, keep_null=True)
     ctype = "int" if interval.integer else "float"
+    real = not interval.integer
+    j = _fine_exponent(interval) if real else 0
+    if isinstance(agg, exp.Avg) and real:
+        mean = exp.Div(this=fine_sum(value, j), expression=exp.Nullif(
+            this=exp.Count(this=value.copy()), expression=number(0)))
+        return Column(name, "float", interval.lower, interval.upper, nullable=True), \
+            clamp(mean, interval.lower, interval.upper, keep_null=True)
     if isinstance(agg, exp.Avg | exp.Min | exp.Max):
         ctype = "float" if isinstance(agg, exp.Avg) else ctype
         return Column(name, ctype, interval.lower, interval.upper, nullable=True), \
             type(agg)(this=value)
     low, high = sensitivity.partial_range("sum", interval, R)
-    total = clamp(exp.Coalesce(this=exp.Sum(this=value), expressions=[number(0)]), low, high)
+    added = fine_sum(value, j) if real else exp.Sum(this=value)
+    total = clamp(exp.Coalesce(this=added, expressions=[number(0)]), low, high)
     return Column(name, ctype, low, high), total
+
+
+#: A derived SUM's or AVG's rows are rounded to ``2^-FINE_BITS`` of their bound.
+FINE_BITS = 36
+
+
+def _fine_exponent(interval) -> int:
+    """``j`` with ``max(|L|, |U|) < 2^(j + 36)``, at least ``-1022``.
+
+    A clamped row is then at most ``2^36`` units of ``2^j``, a BIGINT (and a sum DuckDB
+    adds in its fast path); its rounding moves the aggregate by at most ``2^(j-1)``, a
+    ``2^-36`` part of the bound per row. ``2^j`` and ``2^-j`` are normal doubles
+    (bounds are at most ``1e250``). On SQLite, which adds with a float ``TOTAL``, the
+    sum is exact while a user's group has fewer than about ``2^17`` rows.
+
+    >>> from dpsql.analyze.bounds import Interval
+    >>> _fine_exponent(Interval(0, 2)), _fine_exponent(Interval(-500000, 10))
+    (-34, -17)
+    """
+    magnitude = max(abs(float(interval.lower)), abs(float(interval.upper)))
+    e = math.frexp(magnitude)[1] if magnitude > 0 else -1073
+    return max(e - FINE_BITS, -1022)
 
 
 def _try(e: exp.Expression) -> exp.Expression:

@@ -149,6 +149,9 @@ class SparkBackend(Backend):
     supports_exact_integer_sums = False  # try_sum: NULL (read as 0) beyond 2^63
     supports_unique_constraints = False
     supports_materialized_ctes = False   # CTEs are inlined: one window, not three scans
+    # BIGINT grid units are summed as DECIMAL(38, 0) (spark_dialect.spark_sums): exact
+    # for fewer than 2^48 rows of at most 2^62 units (dpsql.grid_units)
+    supports_grid_sums = True
     # its transforms wrap the GROUP BY key in a UTF-8 guard: HAVING b.race resolves to
     # no grouped expression (AnalysisException, refused before the charge)
     supports_key_filter_after_grouping = False

@@ -9,8 +9,8 @@ statistic with ``Statistic.grid = k`` becomes
     ``SUM(CAST(ROUND(CAST(v AS DOUBLE) * 2^-k) AS BIGINT)) AS __sN``
 
 (``2^-k`` a DOUBLE literal, exactly the power of two), whose integer total the engine
-computes exactly (DuckDB: a HUGEINT), and each user changes it by exactly its own rounded
-partial. The noise stage reads that column as units
+computes exactly (DuckDB: a HUGEINT; Spark: a DECIMAL(38, 0)), and each user changes it
+by exactly its own rounded partial. The noise stage reads that column as units
 (:meth:`~dpsql.mechanisms.laplace.Grid.release_units`). Which statistics are gridded is
 decided before the rewrite (:func:`dpsql.grid_units.choose_grids`), never here: the pass
 only writes what the plan records, and fails (before the charge: an internal error, as
@@ -20,8 +20,8 @@ units.
 
 Engines without ``EngineTraits.grid_sums`` get no statistic recorded as gridded, so the
 tree is unchanged: PostgreSQL sums NUMERICs exactly (:mod:`dpsql.rewrite.bound_summands`);
-SQLite and Spark keep the floating-point sums (a known gap, ``tests/privacy/
-test_float_sums.py``).
+SQLite keeps the floating-point sums (a known gap, ``tests/privacy/test_float_sums.py``).
+On Spark the BIGINT units are summed as DECIMAL(38, 0) by its dialect's transforms.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from dpsql.analyze.plan import Plan
 from dpsql.grid_units import fine_exponent
 from dpsql.rewrite.per_user_aggregate import PER_USER
 from dpsql.rewrite.traits import DEFAULT, EngineTraits
+from dpsql.sqlbuild import fine_sum, power_of_two
 
 
 def grid_sums(expression: exp.Select, plan: Plan,
@@ -77,8 +78,9 @@ def grid_sums(expression: exp.Select, plan: Plan,
 
 def _exact_partials(expression: exp.Select, by_column: dict) -> None:
     """In the per-user step, each gridded partial's ``SUM`` over the user's rows is
-    taken exactly, in integers of a finer grid (:func:`_fine_sum`), so the partial is a
-    function of the user's rows alone, whatever order the engine adds them in."""
+    taken exactly, in integers of a finer grid (:func:`dpsql.sqlbuild.fine_sum`), so
+    the partial is a function of the user's rows alone, whatever order the engine adds
+    them in."""
     with_ = expression.args.get("with_")
     ctes = {c.alias: c.this for c in with_.expressions} if with_ else {}
     per_user = ctes.get(PER_USER)
@@ -91,34 +93,11 @@ def _exact_partials(expression: exp.Select, by_column: dict) -> None:
         j = fine_exponent(stat.linf, stat.grid)
         for total in list(item.find_all(exp.Sum)):
             if not isinstance(total.this, exp.Distinct):
-                total.replace(_fine_sum(total.this, j))
-
-
-def _fine_sum(value: exp.Expression, j: int) -> exp.Expression:
-    """``CAST(SUM(CAST(CAST(value AS DOUBLE) * 2^-j AS BIGINT)) AS DOUBLE) * 2^j``: the
-    rows' values rounded to multiples of ``2^j`` (the cast rounds; which way a tie goes
-    does not matter, only that it is a function of the row) and added as integers,
-    exactly, in a HUGEINT; then scaled back. NULL where every value is NULL, as ``SUM``.
-    """
-    scaled = exp.Mul(this=exp.Cast(this=value.copy(), to=exp.DataType.build("DOUBLE")),
-                     expression=_power_of_two(-j))
-    units = exp.Sum(this=exp.Cast(this=scaled, to=exp.DataType.build("BIGINT")))
-    return exp.paren(exp.Mul(this=exp.Cast(this=units, to=exp.DataType.build("DOUBLE")),
-                             expression=_power_of_two(j)), copy=False)
+                total.replace(fine_sum(total.this, j))
 
 
 def _units(summand: exp.Expression, k: int) -> exp.Expression:
     """``CAST(ROUND(CAST(summand AS DOUBLE) * 2^-k) AS BIGINT)``."""
     scaled = exp.Mul(this=exp.Cast(this=summand.copy(), to=exp.DataType.build("DOUBLE")),
-                     expression=_power_of_two(-k))
+                     expression=power_of_two(-k))
     return exp.Cast(this=exp.Round(this=scaled), to=exp.DataType.build("BIGINT"))
-
-
-def _power_of_two(e: int) -> exp.Literal:
-    """``2^e`` as a DOUBLE literal (the ``e`` notation), which parses back to exactly
-    ``2^e``: the shortest ``repr`` of a double round-trips, and the engines parse
-    decimal text to the nearest double."""
-    text = repr(2.0**e)
-    if "e" not in text:
-        text += "e0"
-    return exp.Literal.number(text)

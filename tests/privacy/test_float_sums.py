@@ -30,6 +30,7 @@ import pytest
 
 import dpsql
 from dpsql.mechanisms.laplace import DiscreteLaplace
+from tests.support import needs_spark
 
 CATALOG = {"tables": {"t": {"user_key": "pid", "max_rows": 1, "columns": {
     "pid": {"type": "int"}, "x": {"type": "float", "lower": 0, "upper": 2}}}}}
@@ -62,14 +63,15 @@ ORDER_CATALOG = {"tables": {"t": {"user_key": "pid", "max_rows": 3, "columns": {
     "pid": {"type": "int"}, "x": {"type": "float", "lower": 0, "upper": 2}}}}}
 
 
-def _released_in_order(rows: list[tuple[int, float]]) -> float:
+def _released_in_order(rows: list[tuple[int, float]], sql: str = "SELECT SUM(x) FROM t"
+                       ) -> float:
     con = duckdb.connect()
     con.execute("SET threads = 1")  # storage order is the order of addition
     con.execute("CREATE TABLE t (pid INTEGER, x DOUBLE)")
     con.executemany("INSERT INTO t VALUES (?, ?)", rows)
     with dpsql.connect(con, catalog=ORDER_CATALOG, budget=(10, 0.5),
                        ledger=":memory:") as conn:
-        return conn.execute("SELECT SUM(x) FROM t", epsilon=0.001).rows[0][0]
+        return conn.execute(sql, epsilon=0.001).rows[0][0]
 
 
 def test_a_users_partial_does_not_depend_on_the_order_of_its_rows(monkeypatch):
@@ -122,3 +124,57 @@ def test_every_users_partial_is_the_same_in_any_order(sql):
             query = per_user.this.sql(dialect="duckdb")
             answers.append(sorted(con.execute(query).fetchall(), key=repr))
     assert answers[0] == answers[1]
+
+
+@needs_spark
+@pytest.mark.slow
+def test_spark_sums_grid_units_exactly(spark_session, monkeypatch):
+    """Spark, the same two neighbour pairs: its grid units are summed as DECIMAL(38, 0)
+    (:func:`dpsql.backends.spark_dialect.spark_sums`) and each user's rows as units of
+    the finer grid, so one user moves the release by its own rounded partial and the
+    order of a user's rows does not matter. With the float sums (the trait off) the
+    first pair moved 4 → 5 units by luck of Spark's rounding and the second released
+    20 units both times, where the exact partials (2.4999999999999996 each) are 2 units."""
+    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+
+    def released(rows, catalog, sql, epsilon):
+        spark_session.createDataFrame(rows, "pid int, x double").createOrReplaceTempView("t")
+        with dpsql.connect(spark_session, catalog=catalog, budget=(10, 0.5),
+                           ledger=":memory:") as conn:
+            return conn.execute(sql, epsilon=epsilon).rows[0][0]
+
+    before = released(list(enumerate([1.7, 2.0, 1.5, 2.0, 1.5, 0.3])), CATALOG, SQL, EPSILON)
+    after = released(list(enumerate([1.7, 2.0, 2.0, 1.5, 2.0, 1.5, 0.3])), CATALOG, SQL,
+                     EPSILON)
+    assert (before, after) == (10.0, 12.0)  # 5 and 6 units: the rounded partials
+    order = "SELECT SUM(x) FROM t"
+    backwards = released([(u, x) for u in range(8) for x in (C, B, A)], ORDER_CATALOG,
+                         order, 0.001)
+    forwards = released([(u, x) for u in range(8) for x in (A, B, C)] + [(99, 0.0)],
+                        ORDER_CATALOG, order, 0.001)
+    assert backwards == forwards == 16.0  # 8 users of 2 units, in either order
+
+
+#: (a + b) + c = 2.4999999701976776 and (c + b) + a = 2.499999970197677 in doubles: the
+#: two sides of 2.5 − 2^-25, where a partial added on the grid 2^-24 rounds to 2.5 or
+#: below it, so 3 or 2 units of 1 (attack review of the fine partials).
+DA, DB, DC = 0.16123709293488145, 1.016920484324679, 1.321842392938117
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT SUM(s) FROM (SELECT pid, SUM(x) AS s FROM t GROUP BY pid) AS d",
+    "SELECT SUM(m * 3) FROM (SELECT pid, AVG(x) AS m FROM t GROUP BY pid) AS d",
+    "SELECT COUNT(*) FROM (SELECT pid, SUM(x) AS s FROM t GROUP BY pid) AS d "
+    "WHERE s >= 2.4999999701976774",
+])
+def test_a_derived_tables_sum_does_not_depend_on_the_order_of_its_rows(monkeypatch, sql):
+    """A per-user derived table's SUM or AVG is the analyst's own per-user partial: a
+    floating-point sum there made the derived value depend on storage order, and the
+    same 8 users stored the other way, plus one user of 0, moved the release 8 units
+    where 7 are counted (1000 users: 1000 units; a WHERE on the value flips every user
+    at once). Derived SUMs and AVGs of real values are added as integers of a fine grid
+    (:mod:`dpsql.analyze.derived`): the order no longer matters."""
+    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+    before = _released_in_order([(u, x) for u in range(8) for x in (DA, DB, DC)], sql)
+    after = _released_in_order([(u, x) for u in range(8) for x in (DC, DB, DA)], sql)
+    assert before == after, (before, after)
