@@ -9,8 +9,9 @@ double precision rounds each partial total, and the two neighbours' roundings di
 user moved a DuckDB sum two grid units where one was counted
 (``tests/privacy/test_float_sums.py``).
 
-On an engine that can (``EngineTraits.grid_sums``: DuckDB, Spark), each summand is rounded to
-the grid in SQL and the sum is taken over integers (:mod:`dpsql.rewrite.grid_sums`):
+On an engine that can (``EngineTraits.grid_sums``: DuckDB, Spark, SQLite), each summand
+is rounded to the grid in SQL and the sum is taken over integers
+(:mod:`dpsql.rewrite.grid_sums`):
 ``SUM(CAST(ROUND(CAST(v AS DOUBLE) * 2^-k) AS BIGINT))``; the noise stage adds integer
 noise to those integer units and returns ``(units + noise) · 2^k`` as the nearest float
 (:meth:`~dpsql.mechanisms.laplace.Grid.release_units`).
@@ -27,7 +28,9 @@ Why the privacy map is unchanged. Each summand ``p`` is one user's partial in on
   because ``|u| <= 2^52 + 1`` (:data:`MAX_UNITS`, checked here before the charge).
 * The integer sum is exact: DuckDB sums BIGINT into a 128-bit HUGEINT, Spark into a
   DECIMAL(38, 0) (:func:`dpsql.backends.spark_dialect.spark_sums`; its cast to BIGINT
-  rounds first, half up or half to even, either a round-to-nearest), and fewer than
+  rounds first, half up or half to even, either a round-to-nearest), SQLite in Python
+  integers (:class:`dpsql.backends.sqlite.ExactSum`; a total beyond ``2^63``, which
+  SQLite cannot hold, comes back as the nearest double), and fewer than
   ``2^48`` rows (:data:`dpsql.backends.total.MAX_ROWS`) of at most ``2^52 + 1`` units
   stay below ``2^101``.
 * So adding or removing one user changes each of its groups' totals by exactly its own
@@ -60,8 +63,7 @@ again, before the charge, after :func:`dpsql.answering.statistic_types` may have
 an integer statistic into a grid one; the engine rewrites the query when it changed
 (:meth:`dpsql.Connection._check`), so what the SQL computes and what the noise stage
 reads cannot disagree. Engines without the trait (PostgreSQL, whose NUMERIC sums are
-exact already; SQLite, which keeps the floating-point path and its known ``1 + 1/units``
-gap) get no grid.
+exact already) get no grid.
 """
 
 from __future__ import annotations

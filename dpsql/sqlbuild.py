@@ -106,7 +106,9 @@ def number(value: float) -> exp.Expression:
         # twice the bound (attack review); against a DOUBLE the column is compared as
         # a DOUBLE, and the bound is exactly the float the analysis used
         text = repr(abs(float(value)))
-        if not float(value).is_integer() and "e" not in text:
+        if "e" not in text:
+            # a fraction, or a whole float from 2^53 to 1e16 ('9007199254740992.0',
+            # which Spark types as DECIMAL(17,1): the clamp's BROUND was then refused)
             text += "e0"
     literal = exp.Literal.number(text)
     return exp.Neg(this=literal) if value < 0 else literal

@@ -16,15 +16,15 @@ SQL enforces them when it computes the derived table (``R`` is the inner table's
 * ``AVG(x)``, ``MIN(x)``, ``MAX(x)``: an average, least or greatest of values clamped
   to ``[L, U]`` stays in ``[L, U]`` (NULL when the user has no value).
 
-**A function of the user's rows alone.** A SUM or AVG of real values is not added in
-floating point: the engine's rounding of a float sum depends on the order it adds the
-rows (storage order, threads), so the same user's rows gave different derived values,
+**A function of the user's rows alone.** A SUM or AVG is not added in floating point:
+the engine's rounding of a float sum depends on the order it adds the rows (storage
+order, threads), so the same user's rows gave different derived values,
 and a value near a line the outer query tests (a grid half-line of its noise, a WHERE
 threshold) moved every such user at once (attack review: 8 users stored in the other
 order moved a release 8 grid units where 7 were counted, and 1000 users 1000). Such an
-aggregate is the exact sum of its rows rounded to multiples of ``2^j``
-(:func:`dpsql.sqlbuild.fine_sum`, :func:`_fine_exponent`), an AVG that sum over the count
-clamped back to ``[L, U]``: the same multiset of rows gives the same value on every run.
+aggregate is an exact sum (:func:`_exact_sum`: whole values as BIGINTs, anything else
+rounded to multiples of ``2^j``), an AVG that sum over the count clamped back to
+``[L, U]``: the same multiset of rows gives the same value on every run.
 
 The outer query then sees an ordinary private table whose user key is the inner one,
 with ``max_rows`` 1 when the inner query groups by the user key alone (one row per
@@ -209,21 +209,37 @@ def _aggregate(agg: exp.Expression, name: str, scope: Scope,
     interval = bounds(arg, scope.column)
     value = clamp(_try(arg.copy()), interval.lower, interval.upper, keep_null=True)
     ctype = "int" if interval.integer else "float"
-    real = not interval.integer
-    j = _fine_exponent(interval) if real else 0
-    if isinstance(agg, exp.Avg) and real:
-        mean = exp.Div(this=fine_sum(value, j), expression=exp.Nullif(
-            this=exp.Count(this=value.copy()), expression=number(0)))
-        return Column(name, "float", interval.lower, interval.upper, nullable=True), \
-            clamp(mean, interval.lower, interval.upper, keep_null=True)
-    if isinstance(agg, exp.Avg | exp.Min | exp.Max):
-        ctype = "float" if isinstance(agg, exp.Avg) else ctype
+    if isinstance(agg, exp.Min | exp.Max):
         return Column(name, ctype, interval.lower, interval.upper, nullable=True), \
             type(agg)(this=value)
+    added = _exact_sum(value, interval)
+    if isinstance(agg, exp.Avg):
+        # the exact total over the count (as DOUBLE: SQLite divides integers as integers)
+        mean = exp.Div(this=exp.Cast(this=added, to=exp.DataType.build("DOUBLE")),
+                       expression=exp.Nullif(this=exp.Count(this=value.copy()),
+                                             expression=number(0)))
+        return Column(name, "float", interval.lower, interval.upper, nullable=True), \
+            clamp(mean, interval.lower, interval.upper, keep_null=True)
     low, high = sensitivity.partial_range("sum", interval, R)
-    added = fine_sum(value, j) if real else exp.Sum(this=value)
     total = clamp(exp.Coalesce(this=added, expressions=[number(0)]), low, high)
     return Column(name, ctype, low, high), total
+
+
+def _exact_sum(value: exp.Expression, interval) -> exp.Expression:
+    """The sum of a user's values, the same whatever order the engine adds them in.
+
+    Whole values below ``2^62`` in magnitude are cast to BIGINT and added as integers:
+    exactly (DuckDB: HUGEINT; PostgreSQL: NUMERIC; Spark: DECIMAL(38, 0) by its
+    transforms; SQLite: dpsql's own exact aggregate, ``dpsql.backends.sqlite``). Whole
+    is the values' property, not how the engine adds them: ``FLOOR(x)`` of a DOUBLE, or
+    an integer column on SQLite (``TOTAL``) or under Spark's AVG, were added in floating
+    point, whose rounding above ``2^53`` depends on the order (attack review). Anything
+    else (fractions, or whole values beyond ``2^62``) is added as integers of a fine
+    grid (:func:`dpsql.sqlbuild.fine_sum`, :func:`_fine_exponent`).
+    """
+    if interval.integer and interval.magnitude < 2.0**62:
+        return exp.Sum(this=exp.Cast(this=value, to=exp.DataType.build("BIGINT")))
+    return fine_sum(value, _fine_exponent(interval))
 
 
 #: A derived SUM's or AVG's rows are rounded to ``2^-FINE_BITS`` of their bound.

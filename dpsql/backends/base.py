@@ -54,7 +54,7 @@ class Backend(ABC):
     supports_exact_summands: bool = True
     #: A real statistic's summands may be rounded to the noise's grid in SQL and summed
     #: exactly as BIGINT grid units (:mod:`dpsql.grid_units`). Off: its sum is read in
-    #: value units (PostgreSQL's exact NUMERIC; SQLite's and Spark's floating point).
+    #: value units (PostgreSQL's exact NUMERIC).
     supports_grid_sums: bool = False
     #: The engine enforces PRIMARY KEY/UNIQUE constraints (needed to join along foreign
     #: keys to the user: see :meth:`unique_columns`).

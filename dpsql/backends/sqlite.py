@@ -109,6 +109,49 @@ def fmod(a, b):
         return None
 
 
+class ExactSum:
+    """``dpsql_isum``: the exact sum of integers, whatever order SQLite adds them in.
+
+    Python integers do not round or overflow, so the total is a function of the multiset
+    of values (:func:`dpsql.backends.sqlite_dialect.sqlite_sums`). Never an error: a
+    value that is not an integer (the SQL gives it none: its argument is of an integer
+    family) is rounded if finite and skipped otherwise. NULL when there is nothing to add,
+    as ``SUM``; a total beyond SQLite's 64-bit integers is returned as the nearest float
+    (still a function of the values).
+
+    >>> s = ExactSum()
+    >>> for v in (2**53, 1, 1, None): s.step(v)
+    >>> s.finalize(), ExactSum().finalize()
+    (9007199254740994, None)
+    """
+
+    def __init__(self):
+        self.total = 0
+        self.seen = False
+
+    def step(self, value) -> None:
+        try:
+            if isinstance(value, int):
+                self.total += value
+            elif isinstance(value, float) and math.isfinite(value):
+                self.total += round(value)
+            else:
+                return
+            self.seen = True
+        except Exception:  # noqa: BLE001 - an aggregate that raises fails the query
+            return
+
+    def finalize(self):
+        try:
+            if not self.seen:
+                return None
+            if -(2**63) <= self.total < 2**63:
+                return self.total
+            return float(self.total)
+        except Exception:  # noqa: BLE001 - never an error after the charge
+            return None
+
+
 #: SQLite virtual-machine instructions between two calls of the timeout handler.
 _PROGRESS_STEPS = 10_000
 
@@ -148,6 +191,7 @@ def _connect_read_only(path: Path, guard: _Guard) -> sqlite3.Connection:
     con.create_function(sqlite_dialect.SQLITE_HASH, -1, keyed_hash, deterministic=True)
     con.create_function(sqlite_dialect.SQLITE_FMOD, 2, fmod, deterministic=True)
     con.create_function(sqlite_dialect.SQLITE_UTF8, 1, utf8, deterministic=True)
+    con.create_aggregate(sqlite_dialect.SQLITE_ISUM, 1, ExactSum)
     con.execute("PRAGMA query_only = ON")
     con.execute("PRAGMA trusted_schema = OFF")
     con.execute("PRAGMA case_sensitive_like = ON")
@@ -180,7 +224,9 @@ class SQLiteBackend(SQLAlchemyBackend):
     supports_no_external_access = True   # authorizer: no ATTACH, no extensions
     supports_greatest_least = False
     supports_try = False
-    supports_exact_integer_sums = False  # TOTAL: a float, exact below 2^53
+    supports_exact_integer_sums = True   # dpsql_isum: Python integers (sqlite_sums)
+    # BIGINT grid units are added by dpsql_isum, exactly below 2^63 (dpsql.grid_units)
+    supports_grid_sums = True
     supports_unique_constraints = True
     transforms = sqlite_dialect.SQLITE
     functions = sqlite_dialect.FUNCTIONS
@@ -344,11 +390,12 @@ def _own_function(node: exp.Expression, types: total.Types) -> bool:
     """dpsql's Python functions (``keyed_hash``, ``fmod``, ``utf8``) never raise on bytes
     or floats, and each argument is cast to one of those first (a Python function given
     text that is not UTF-8 fails before it is called); the hash's first argument is the
-    seed, a constant dpsql writes. SQLite's own TOTAL (a float sum: inf, never an error),
-    and STRFTIME/DATE/DATETIME (NULL for any value they cannot read)."""
+    seed, a constant dpsql writes. ``dpsql_isum`` (:class:`ExactSum`: catches everything).
+    SQLite's own TOTAL (a float sum: inf, never an error), and STRFTIME/DATE/DATETIME
+    (NULL for any value they cannot read)."""
     name = str(node.this).upper()
     args = node.expressions
-    if name in ("TOTAL", "STRFTIME", "DATE", "DATETIME"):
+    if name in ("TOTAL", "STRFTIME", "DATE", "DATETIME", sqlite_dialect.SQLITE_ISUM.upper()):
         return True
     kind = _DPSQL_CASTS.get(name)
     if kind is None:

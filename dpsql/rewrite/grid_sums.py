@@ -19,9 +19,9 @@ top-level SUM it cannot find, so that no column the noise stage reads as units i
 units.
 
 Engines without ``EngineTraits.grid_sums`` get no statistic recorded as gridded, so the
-tree is unchanged: PostgreSQL sums NUMERICs exactly (:mod:`dpsql.rewrite.bound_summands`);
-SQLite keeps the floating-point sums (a known gap, ``tests/privacy/test_float_sums.py``).
-On Spark the BIGINT units are summed as DECIMAL(38, 0) by its dialect's transforms.
+tree is unchanged: PostgreSQL sums NUMERICs exactly (:mod:`dpsql.rewrite.bound_summands`).
+On Spark the BIGINT units are summed as DECIMAL(38, 0) by its dialect's transforms, on
+SQLite by dpsql's exact aggregate (:func:`dpsql.backends.sqlite_dialect.sqlite_sums`).
 """
 
 from __future__ import annotations

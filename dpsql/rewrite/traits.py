@@ -30,7 +30,8 @@ class EngineTraits:
             repeat after the cast.
         grid_sums: the engine sums a real statistic's summands as whole grid units,
             exactly (the backend's ``supports_grid_sums``: DuckDB, whose BIGINT sums
-            are HUGEINTs, and Spark, whose transforms sum them as DECIMAL(38, 0)):
+            are HUGEINTs; Spark and SQLite, whose transforms sum them as DECIMAL(38, 0)
+            and with dpsql's exact aggregate):
             :func:`dpsql.grid_units.choose_grids` records which statistics, and
             :mod:`dpsql.rewrite.grid_sums` writes their SQL. Off by default (the golden
             fixtures' traits), and on engines that keep the floating-point sums.

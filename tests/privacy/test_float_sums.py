@@ -23,6 +23,7 @@ Spark keep the floating-point sums (a known gap of factor ``1 + 1/units``).
 from __future__ import annotations
 
 import math
+import sqlite3
 
 import duckdb
 import numpy as np
@@ -178,3 +179,60 @@ def test_a_derived_tables_sum_does_not_depend_on_the_order_of_its_rows(monkeypat
     before = _released_in_order([(u, x) for u in range(8) for x in (DA, DB, DC)], sql)
     after = _released_in_order([(u, x) for u in range(8) for x in (DC, DB, DA)], sql)
     assert before == after, (before, after)
+
+
+BIG = 2.0**53
+WHOLE_CATALOG = {"tables": {"t": {"user_key": "pid", "max_rows": 3, "columns": {
+    "pid": {"type": "int"}, "x": {"type": "float", "lower": -BIG, "upper": BIG},
+    "i": {"type": "int", "lower": -(2**53), "upper": 2**53}}}}}
+WHOLE_QUERIES = [
+    "SELECT COUNT(*) FROM (SELECT pid, SUM(FLOOR(x)) AS s FROM t GROUP BY pid) AS d "
+    "WHERE s > 9007199254740993",
+    "SELECT COUNT(*) FROM (SELECT pid, SUM(CAST(i AS DOUBLE)) AS s FROM t GROUP BY pid) "
+    "AS d WHERE s > 9007199254740993",
+    "SELECT COUNT(*) FROM (SELECT pid, AVG(i) AS s FROM t GROUP BY pid) AS d "
+    "WHERE s > 3002399751580330",
+    "SELECT SUM(i) FROM t",
+]
+
+
+def _whole_released(kind, rows, sql, tmp_path, spark=None):
+    """The release of ``sql`` (noise off) over ``(pid, x, i)`` rows on one engine."""
+    if kind == "duckdb":
+        database = duckdb.connect()
+        database.execute("SET threads = 1")
+        database.execute("CREATE TABLE t (pid INTEGER, x DOUBLE, i BIGINT)")
+        database.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+    elif kind == "sqlite":
+        path = tmp_path / f"t{len(list(tmp_path.iterdir()))}.db"
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE t (pid INTEGER, x REAL, i INTEGER)")
+        con.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+        con.commit()
+        con.close()
+        database = f"sqlite:///{path}"
+    else:
+        spark.createDataFrame(rows, "pid int, x double, i long").coalesce(1) \
+            .createOrReplaceTempView("t")
+        database = spark
+    with dpsql.connect(database, catalog=WHOLE_CATALOG, budget=(1e9, 0.5),
+                       ledger=":memory:") as conn:
+        return conn.execute(sql, epsilon=1.0).rows[0][0]
+
+
+@pytest.mark.parametrize("kind", ["duckdb", "sqlite",
+                                  pytest.param("spark", marks=[needs_spark, pytest.mark.slow])])
+@pytest.mark.parametrize("sql", WHOLE_QUERIES)
+def test_whole_values_are_added_exactly_in_any_order(kind, sql, tmp_path, request, monkeypatch):
+    """Whole values are not always added as integers: ``FLOOR(x)`` of a DOUBLE, an
+    integer cast to DOUBLE, SQLite's ``TOTAL`` and Spark's AVG add in floating point,
+    and ``(2^53 + 1) + 1`` is ``2^53`` where ``(1 + 1) + 2^53`` is ``2^53 + 2``: 50 users
+    stored one way or the other answered 0 or 50 (attack review). A derived SUM/AVG of
+    whole values is a BIGINT sum (:func:`dpsql.analyze.derived._exact_sum`) and SQLite
+    adds integers with ``dpsql_isum`` (:class:`dpsql.backends.sqlite.ExactSum`)."""
+    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+    spark = request.getfixturevalue("spark_session") if kind == "spark" else None
+    forwards = [(u, x, int(x)) for u in range(50) for x in (BIG, 1.0, 1.0)]
+    backwards = [(u, x, int(x)) for u in range(50) for x in (1.0, 1.0, BIG)]
+    assert _whole_released(kind, forwards, sql, tmp_path, spark) == \
+        _whole_released(kind, backwards, sql, tmp_path, spark)
