@@ -216,3 +216,31 @@ def test_an_interrupt_that_left_a_ledger_transaction_open_does_not_wedge_the_led
     assert res.cost == (1.0, 0.0)
     assert conn.budget.spent == (1.0, 0.0)
     assert not ledger_of(conn)._db.in_transaction
+
+
+def test_ctrl_c_in_sqlites_exact_sum_is_a_cancel(tmp_path, monkeypatch):
+    """A Ctrl-C that lands on entry to ``dpsql_isum``'s Python code (before any handler
+    in it can catch it) fails the statement as an error of the aggregate; that aggregate
+    catches every Exception, so the error can only be the interrupt: a cancel, not a
+    failure "that may depend on the data" (attack review). Simulated by a step that
+    raises KeyboardInterrupt, as the interrupt does on entry."""
+    import sqlite3
+
+    from dpsql.backends.sqlite import ExactSum
+
+    path = tmp_path / "sums.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (uid INTEGER NOT NULL, x INTEGER NOT NULL)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", ((i % 50, i % 100) for i in range(1000)))
+    con.commit()
+    con.close()
+
+    def interrupted(self, value):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ExactSum, "step", interrupted)
+    with dpsql.connect(f"sqlite:///{path}", catalog=CATALOG, budget=(10, 1e-5),
+                       ledger=":memory:") as conn:
+        with pytest.raises(QueryCancelled):
+            conn.execute("SELECT SUM(x) FROM t", epsilon=1.0)
+        assert ledger_of(conn).log()[0]["outcome"] == "cancelled"

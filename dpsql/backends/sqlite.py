@@ -58,6 +58,8 @@ class _Guard:
         self.deadline: float | None = None
         self.query_only = False
         self.timed_out = False
+        #: a Ctrl-C landed in dpsql's own Python code SQLite runs (:class:`ExactSum`)
+        self.cancelled = False
 
     def interrupt(self) -> bool:
         """The progress handler: True stops the running statement.
@@ -69,7 +71,7 @@ class _Guard:
         if self.deadline is not None and time.monotonic() > self.deadline:
             self.timed_out = True
             return True
-        return False
+        return self.cancelled
 
 
 def _authorizer(guard: _Guard, action, arg1, arg2, dbname, source):
@@ -109,6 +111,10 @@ def fmod(a, b):
         return None
 
 
+#: sqlite3's text for an exception raised by a Python aggregate's method.
+_AGGREGATE_ERROR = "user-defined aggregate's"
+
+
 class ExactSum:
     """``dpsql_isum``: the exact sum of integers, whatever order SQLite adds them in.
 
@@ -125,9 +131,15 @@ class ExactSum:
     (9007199254740994, None)
     """
 
-    def __init__(self):
-        self.total = 0
-        self.seen = False
+    #: The connection's :class:`_Guard` (set per connection by :func:`_connect_read_only`).
+    #: A Ctrl-C that lands in this Python code would fail the statement as an error of
+    #: the aggregate ("may depend on the data"); it is handed to the progress handler
+    #: instead, which stops the statement as cancelled.
+    guard: _Guard | None = None
+    # class defaults, no __init__: SQLite makes one per group, and a Ctrl-C landing in a
+    # Python __init__ failed the statement as an error of the aggregate
+    total = 0
+    seen = False
 
     def step(self, value) -> None:
         try:
@@ -138,6 +150,8 @@ class ExactSum:
             else:
                 return
             self.seen = True
+        except KeyboardInterrupt:
+            self._cancel()
         except Exception:  # noqa: BLE001 - an aggregate that raises fails the query
             return
 
@@ -148,8 +162,15 @@ class ExactSum:
             if -(2**63) <= self.total < 2**63:
                 return self.total
             return float(self.total)
+        except KeyboardInterrupt:
+            self._cancel()
         except Exception:  # noqa: BLE001 - never an error after the charge
             return None
+        return None
+
+    def _cancel(self) -> None:
+        if self.guard is not None:
+            self.guard.cancelled = True
 
 
 #: SQLite virtual-machine instructions between two calls of the timeout handler.
@@ -191,7 +212,8 @@ def _connect_read_only(path: Path, guard: _Guard) -> sqlite3.Connection:
     con.create_function(sqlite_dialect.SQLITE_HASH, -1, keyed_hash, deterministic=True)
     con.create_function(sqlite_dialect.SQLITE_FMOD, 2, fmod, deterministic=True)
     con.create_function(sqlite_dialect.SQLITE_UTF8, 1, utf8, deterministic=True)
-    con.create_aggregate(sqlite_dialect.SQLITE_ISUM, 1, ExactSum)
+    con.create_aggregate(sqlite_dialect.SQLITE_ISUM, 1,
+                         type("ExactSum", (ExactSum,), {"guard": guard}))
     con.execute("PRAGMA query_only = ON")
     con.execute("PRAGMA trusted_schema = OFF")
     con.execute("PRAGMA case_sensitive_like = ON")
@@ -349,12 +371,17 @@ class SQLiteBackend(SQLAlchemyBackend):
 
     def _run(self, conn, sql: str):
         self._guard.timed_out = False
+        self._guard.cancelled = False
         try:
             return self._guarded(conn, sql)
         except sa.exc.OperationalError as exc:
             # SQLite's fixed text for SQLITE_INTERRUPT (no data in it): stopped, and not
             # by the timeout, so by Ctrl-C in the progress handler
             if str(getattr(exc, "orig", "")) == "interrupted" and not self._guard.timed_out:
+                raise QueryCancelled() from None
+            # dpsql_isum catches every Exception; what escapes it is a KeyboardInterrupt
+            # raised on entry to its Python code, before its handler (ExactSum): Ctrl-C
+            if str(getattr(exc, "orig", "")).startswith(_AGGREGATE_ERROR):
                 raise QueryCancelled() from None
             raise
 
