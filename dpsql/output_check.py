@@ -83,7 +83,7 @@ _PART_SLOTS = {exp.Extract: "this", exp.TimestampTrunc: "unit", exp.DateTrunc: "
 FUNCTIONS = frozenset({
     "hash", "dpsql_hash", "dpsql_fmod", "dpsql_utf8", "dpsql_isum", "datediff", "is_valid_utf8",
     "hashtextextended", "xxhash64",
-    "pg_input_is_valid",
+    "pg_input_is_valid", "trim_scale",
     "try_add", "try_subtract", "try_multiply", "try_divide", "try_sum", "total", "div",
     "bround", "strftime", "date", "datetime",
 })

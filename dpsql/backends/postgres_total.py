@@ -505,5 +505,7 @@ TOTAL = total.AllowList("PostgreSQL", (
     _E((exp.Sum, exp.Avg), _pg_sum, _pg_sum.__doc__.split(":")[0]),
     _E((exp.RowNumber,), total.always, "numbers rows"),
     _E((exp.Anonymous,), total.anonymous("HASHTEXTEXTENDED"), "a hash of text"),
+    _E((exp.Anonymous,), total.anonymous("TRIM_SCALE"),
+       "a NUMERIC without its trailing zeros (NaN and infinities as they are)"),
 ), guards=(), sum_as="DECIMAL", refuse_unwrappable=False,
    nullif_divisors=True)

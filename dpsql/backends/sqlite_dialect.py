@@ -309,8 +309,22 @@ def _blob(value: exp.Expression) -> exp.Expression:
 
 
 def sqlite_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
+    """The keyed hash of the L0 order and of the distinct-value cap. A real or decimal
+    value is hashed as a REAL: the value comes from a GROUP BY, which keeps whichever of
+    its equal values it met first, and a NUMERIC or untyped column holds equal values
+    as INTEGER and REAL (``3`` and ``3.0``, ``-2^63`` and ``-9.22337203685478e+18``),
+    whose text differs; hashed as stored, the choice depended on the rows' storage order
+    and every user holding both flipped the same way (attack review). Equal values are
+    one REAL (the hash reads a whole REAL as its integer); different values that round
+    to one REAL tie, and the tie is broken by the values themselves
+    (:func:`~dpsql.backends.dialects.order_with_tiebreak`)."""
+    def canonical(value):
+        if ctx.family(value) in (FLOAT, DECIMAL):
+            value = exp.Cast(this=value, to=exp.DataType.build("REAL"))
+        return _blob(value)
+
     return order_with_tiebreak(expression, lambda uid, keys, seed: exp.Anonymous(
-        this=SQLITE_HASH, expressions=[seed, _blob(uid), *(_blob(k) for k in keys)]))
+        this=SQLITE_HASH, expressions=[seed, canonical(uid), *(canonical(k) for k in keys)]))
 
 
 #: Functions sqlglot does not model that these transforms write (each on

@@ -1,0 +1,97 @@
+"""The L0 order and the distinct-value cap hash a value's canonical form.
+
+Both keep a user's groups or values by a keyed hash of the value, read from a GROUP BY,
+which keeps whichever of its equal values it met first. PostgreSQL spells some equal
+values differently (``-0`` and ``0``; NUMERIC ``1.0`` and ``1.00``), and SQLite holds
+equal values as INTEGER and REAL in a NUMERIC column (``-2^63``). Hashed as spelled, the
+choice depended on the rows' storage order, and every user holding both spellings
+flipped the same way: with the same users stored the other way, ``COUNT(DISTINCT y)``
+moved from 101 to 225 (attack review). Each engine now hashes a canonical form
+(:func:`dpsql.backends.postgres_dialect._canonical`,
+:func:`dpsql.backends.sqlite_dialect.sqlite_hash`), and ties are broken by the value.
+Noise off and one L0 seed for both orders, so the two releases must be equal.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+import dpsql
+from dpsql.mechanisms.laplace import DiscreteLaplace
+from tests.support import PG_ADMIN_URL, PG_URL, _engine_connection, needs_postgres
+
+N = 120
+QUERIES = [("SELECT COUNT(DISTINCT y) FROM t", {"max_rows": 1}),
+           ("SELECT x, COUNT(*) FROM t GROUP BY x", {"max_groups": 1})]
+
+
+@pytest.fixture(autouse=True)
+def _no_noise(monkeypatch):
+    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+
+
+def _released(database, catalog) -> list:
+    with dpsql.connect(database, catalog=catalog, budget=(1e9, 0.5), ledger=":memory:") as conn:
+        _engine_connection(conn)._seed_secret = b"one seed for both orders".ljust(32, b"0")
+        return [conn.execute(sql, epsilon=1.0, **kw).rows for sql, kw in QUERIES]
+
+
+def _rows(a, b):
+    """Each user: two rows of one value spelled ``a`` then ``b``, and one of its own."""
+    return [(u, x, x if x != 1.0 else 2 + u / 1000) for u in range(N) for x in (a, b, 1.0)]
+
+
+SQLITE_CATALOG = {"tables": {"t": {"user_key": "pid", "max_rows": 3, "columns": {
+    "pid": {"type": "int"},
+    "x": {"type": "float", "lower": -1e19, "upper": 1e19, "values": [-(2.0**63), 1.0]},
+    "y": {"type": "float", "lower": -1e19, "upper": 1e19}}}}}
+
+
+def test_sqlite_hashes_an_integer_and_a_real_of_one_value_alike(tmp_path):
+    """A NUMERIC column keeps REAL -2^63 as REAL beside INTEGER -2^63."""
+    released = []
+    for name, (a, b) in (("forwards", (-(2**63), -(2.0**63))),
+                         ("backwards", (-(2.0**63), -(2**63)))):
+        path = tmp_path / f"{name}.db"
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE t (pid INTEGER, x NUMERIC, y NUMERIC)")
+        con.executemany("INSERT INTO t VALUES (?, ?, ?)", _rows(a, b))
+        con.commit()
+        kinds = dict(con.execute("SELECT typeof(y), COUNT(*) FROM t GROUP BY 1").fetchall())
+        con.close()
+        assert kinds["integer"] >= N and kinds["real"] >= N, kinds  # both spellings stored
+        released.append(_released(f"sqlite:///{path}", SQLITE_CATALOG))
+    assert released[0] == released[1]
+
+
+PG_CATALOG = {"tables": {"t": {"user_key": "pid", "max_rows": 3, "columns": {
+    "pid": {"type": "int"}, "x": {"type": "float", "lower": -2, "upper": 5, "values": [0.0, 1.0]},
+    "y": {"type": "float", "lower": -2, "upper": 5}}}}}
+
+
+@needs_postgres
+@pytest.mark.parametrize("column, spellings", [
+    ("float8", ("'-0'::float8", "'0'::float8")),
+    ("numeric", ("'0.0'::numeric", "'0.00'::numeric")),
+])
+def test_postgres_hashes_equal_values_alike(column, spellings):
+    released = []
+    for a, b in (spellings, spellings[::-1]):
+        engine = sa.create_engine(PG_ADMIN_URL)
+        with engine.begin() as con:
+            con.exec_driver_sql("DROP TABLE IF EXISTS t")
+            con.exec_driver_sql(f"CREATE TABLE t (pid int, x {column}, y {column})")
+            values = []
+            for u in range(N):
+                for x in (a, b):
+                    values.append(f"({u}, {x}, {x})")
+                values.append(f"({u}, 1, {2 + u / 1000})")
+            con.exec_driver_sql("INSERT INTO t VALUES " + ", ".join(values))
+            con.exec_driver_sql("GRANT SELECT ON t TO dpsql_reader")
+        engine.dispose()
+        released.append(_released(PG_URL, PG_CATALOG))
+    assert released[0] == released[1]
