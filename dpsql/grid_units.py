@@ -44,9 +44,10 @@ Why the privacy map is unchanged. Each summand ``p`` is one user's partial in on
   threads), and a partial on a grid half-line could round either way (attack review:
   8 units moved where 7 are counted, ``tests/privacy/test_float_sums.py``). So each
   gridded partial's ``SUM`` over rows is taken in integers of a finer grid ``2^j``
-  (:func:`fine_exponent`): ``CAST(SUM(CAST(CAST(v AS DOUBLE) * 2^-j AS BIGINT))
-  AS DOUBLE) * 2^j``. Each row's rounding and the integer total depend on that row and
-  that multiset only; the conversions after it are functions of the total. What
+  (:func:`dpsql.rewrite.grid_sums.fine_exponent`):
+  ``CAST(SUM(CAST(CAST(v AS DOUBLE) * 2^-j AS BIGINT)) AS DOUBLE) * 2^j``. Each row's
+  rounding and the integer total depend on that row and that multiset only; the
+  conversions after it are functions of the total. What
   follows (the rescale, the clamp to the partial's range, the rounding to ``g``) is
   computed from that value and the user's counts, so the partial's units depend on
   nothing else either. A cast the engine refuses (a row far outside ``L∞``, which the
@@ -76,37 +77,6 @@ from dpsql.mechanisms.laplace import Grid
 #: exact in a double and in a BIGINT. Beyond it (an ε share above about ``2^39``) the
 #: statistic keeps the floating-point path.
 MAX_UNITS = 2.0**52
-
-
-#: A user's rows are added in a grid ``2^FINE_STEPS`` times finer than the noise's
-#: (:func:`fine_exponent`).
-FINE_STEPS = 24
-#: ... and never finer than ``|value| / 2^j < 2^FINE_BITS``: a BIGINT holds a row's
-#: units, and ``2^48`` rows of them stay below ``2^110`` in the HUGEINT sum.
-FINE_BITS = 61
-
-
-def fine_exponent(linf: float, k: int) -> int:
-    """The exponent ``j`` of the finer grid ``2^j`` a user's rows are added up in, for
-    a statistic of range ``L∞`` noised on the grid ``2^k``.
-
-    ``j = max(k − 24, e − 61, −1022)`` where ``L∞ < 2^e``:
-
-    * each row a partial adds is at most ``L∞`` in magnitude (a sum's rows lie in
-      ``[L, U]`` and its range is ``R·[min(L, 0), max(U, 0)]``; a variance's squares
-      likewise), so ``|value| / 2^j < 2^61`` fits a BIGINT;
-    * ``2^j`` and ``2^-j`` are normal doubles (``j >= −1022``; ``k <= 1011`` since the
-      scale is a finite double);
-    * a row's rounding moves its partial by at most ``2^(j-1)``, ``2^-25`` of a grid
-      step, and at most ``2^-37`` of the noise's scale (``2^k <= scale·2^-12``);
-    * at ordinary ε a row is then at most about ``2^37`` units, which DuckDB adds in its
-      fast path (units near ``2^61`` cost about 15% more on PUMS 1M).
-
-    >>> fine_exponent(1500000.0, 8), fine_exponent(1.0, -100), fine_exponent(0.0, -2000)
-    (-16, -60, -1022)
-    """
-    e = math.frexp(float(linf))[1] if linf > 0 else -1073
-    return max(k - FINE_STEPS, e - FINE_BITS, -1022)
 
 
 def grid_of(stat, engine) -> int | None:

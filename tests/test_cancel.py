@@ -141,17 +141,22 @@ def test_duckdb_interrupt_errors_are_a_cancel(connect, monkeypatch, error):
     assert ledger_of(conn).log()[0]["outcome"] == "cancelled"
 
 
+def _sqlite_table(path, users: int, rows: int):
+    """An SQLite file with table ``t(uid, x)`` of ``rows`` rows over ``users`` users."""
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (uid INTEGER NOT NULL, x INTEGER NOT NULL)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", ((i % users, i % 100) for i in range(rows)))
+    con.commit()
+    con.close()
+    return path
+
+
 def test_ctrl_c_during_an_sqlite_query_is_a_cancel(tmp_path):
     """SQLite's progress handler swallows the KeyboardInterrupt and stops the statement
     ("interrupted"); not the owner's timeout, so it is a cancel."""
-    import sqlite3
-
-    path = tmp_path / "slow.db"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (uid INTEGER NOT NULL, x INTEGER NOT NULL)")
-    con.executemany("INSERT INTO t VALUES (?, ?)", ((i % 2, i % 100) for i in range(100000)))
-    con.commit()
-    con.close()
+    path = _sqlite_table(tmp_path / "slow.db", users=2, rows=100000)
     conn = dpsql.connect(f"sqlite:///{path}", catalog=CATALOG, budget=(10, 1e-5),
                          ledger=":memory:")
     timers = _interrupt_when_charged(ledger_of(conn), None)
@@ -224,16 +229,9 @@ def test_ctrl_c_in_sqlites_exact_sum_is_a_cancel(tmp_path, monkeypatch):
     catches every Exception, so the error can only be the interrupt: a cancel, not a
     failure "that may depend on the data" (attack review). Simulated by a step that
     raises KeyboardInterrupt, as the interrupt does on entry."""
-    import sqlite3
-
     from dpsql.backends.sqlite import ExactSum
 
-    path = tmp_path / "sums.db"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (uid INTEGER NOT NULL, x INTEGER NOT NULL)")
-    con.executemany("INSERT INTO t VALUES (?, ?)", ((i % 50, i % 100) for i in range(1000)))
-    con.commit()
-    con.close()
+    path = _sqlite_table(tmp_path / "sums.db", users=50, rows=1000)
 
     def interrupted(self, value):
         raise KeyboardInterrupt

@@ -81,7 +81,7 @@ def test_a_users_partial_does_not_depend_on_the_order_of_its_rows(monkeypatch):
     users stored in the other order, plus one user of 0 units, moved the release 8 units
     where ``floor(L∞ / g) + 1 = 7`` are counted (attack review of the grid sums). Each
     user's rows are now added as integers of a finer grid
-    (:func:`dpsql.grid_units.fine_exponent`): the order no longer matters."""
+    (:func:`dpsql.rewrite.grid_sums.fine_exponent`): the order no longer matters."""
     monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
     before = _released_in_order([(u, x) for u in range(8) for x in (C, B, A)])
     after = _released_in_order([(u, x) for u in range(8) for x in (A, B, C)] + [(99, 0.0)])
