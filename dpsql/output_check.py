@@ -82,8 +82,8 @@ _PART_SLOTS = {exp.Extract: "this", exp.TimestampTrunc: "unit", exp.DateTrunc: "
 #: keeps the two equal). Any engine's SQL may use any of them.
 FUNCTIONS = frozenset({
     "hash", "dpsql_hash", "dpsql_fmod", "dpsql_utf8", "dpsql_isum", "datediff", "is_valid_utf8",
-    "hashtextextended", "xxhash64",
-    "pg_input_is_valid", "trim_scale",
+    "xxhash64",
+    "pg_input_is_valid", "hash_record_extended",
     "try_add", "try_subtract", "try_multiply", "try_divide", "try_sum", "total", "div",
     "bround", "strftime", "date", "datetime",
 })

@@ -242,3 +242,32 @@ def test_ctrl_c_in_sqlites_exact_sum_is_a_cancel(tmp_path, monkeypatch):
         with pytest.raises(QueryCancelled):
             conn.execute("SELECT SUM(x) FROM t", epsilon=1.0)
         assert ledger_of(conn).log()[0]["outcome"] == "cancelled"
+
+
+@pytest.mark.parametrize("where", ["hash", "sum"])
+def test_ctrl_c_caught_in_sqlites_python_code_is_a_cancel(tmp_path, monkeypatch, where):
+    """A Ctrl-C that dpsql's Python code on SQLite catches (the keyed hash of the L0
+    step, the exact sum) gave a wrong value there and let the statement run on: the
+    statement is cancelled, even when it ended before the progress handler looked
+    again, and its rows are never released (attack review: the answer was released
+    with a summand dropped, or the failure reported as one that depends on the data)."""
+    from dpsql.backends import sqlite as sqlite_backend
+
+    path = _sqlite_table(tmp_path / "caught.db", users=50, rows=1000)
+    if where == "hash":
+        def interrupted(*args):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(sqlite_backend, "keyed_hash", interrupted)
+        sql, kw = "SELECT x, COUNT(*) FROM t GROUP BY x", {"max_groups": 1, "delta": 1e-6}
+    else:
+        def caught(self, value):
+            self._cancel()  # what ExactSum.step does with a KeyboardInterrupt in its body
+
+        monkeypatch.setattr(sqlite_backend.ExactSum, "step", caught)
+        sql, kw = "SELECT SUM(x) FROM t", {}
+    with dpsql.connect(f"sqlite:///{path}", catalog=CATALOG, budget=(10, 1e-5),
+                       ledger=":memory:") as conn:
+        with pytest.raises(QueryCancelled):
+            conn.execute(sql, epsilon=1.0, **kw)
+        assert ledger_of(conn).log()[0]["outcome"] == "cancelled"

@@ -119,7 +119,7 @@ def _prepared_fields(raw, sql: str, typmods: bool = False) -> list[tuple]:
 
 class PostgresBackend(SQLAlchemyBackend):
     dialect = "postgres"
-    supports_hash = True            # hashtextextended(text, seed)
+    supports_hash = True            # hash_record_extended((uid, keys), seed)
     supports_no_external_access = True  # a non-superuser role reads no server files
     supports_greatest_least = True
     supports_try = False            # the dialect layer guards each operation instead

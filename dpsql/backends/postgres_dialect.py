@@ -9,7 +9,7 @@ the DuckDB result type through a clamp whose out-of-range ends become NULL; the
 functions get CASE guards; ``TRY_CAST`` becomes a guarded CAST (text is matched against
 a number pattern first). Casting text to DATE/TIMESTAMP needs ``pg_input_is_valid``
 (PostgreSQL 16+) and is refused on older servers. Date arithmetic is left as is: it
-fails only beyond year 294276. The L0 order is ``hashtextextended(uid|keys, seed)``.
+fails only beyond year 294276. The L0 order is ``hash_record_extended((uid, keys), seed)``.
 """
 
 from __future__ import annotations
@@ -389,38 +389,29 @@ def postgres_extract(expression: exp.Expression, ctx: Context) -> exp.Expression
 
 
 def postgres_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
-    """The keyed hash of the L0 order and of the distinct-value cap, over the values'
-    canonical text (:func:`_canonical`)."""
-    def make(uid, keys, seed):
-        parts: list[exp.Expression] = []
-        for value in (uid, *keys):
-            text = exp.Coalesce(this=exp.Cast(this=_canonical(copy_node(value), ctx),
-                                              to=exp.DataType.build("TEXT")),
-                                expressions=[exp.Literal.string("\\N")])
-            parts += [text, exp.Literal.string("|")]
-        return exp.Anonymous(this="HASHTEXTEXTENDED", expressions=[
-            exp.Concat(expressions=parts), seed])
-    return order_with_tiebreak(expression, make)
+    """The keyed hash of the L0 order and of the distinct-value cap:
+    ``HASH_RECORD_EXTENDED((uid, keys...), seed)``.
 
-
-def _canonical(value: exp.Expression, ctx: Context) -> exp.Expression:
-    """A value whose text is the same for every value equal to it.
-
-    The hashed value comes from a GROUP BY, which keeps whichever of its equal values it
-    met first, and PostgreSQL spells some equal values differently: ``-0`` and ``0``
-    (float), ``1.0`` and ``1.00`` (NUMERIC). A hash of that text depended on the order
-    the rows are stored in, and every user holding both flipped the same way (attack
-    review: ``COUNT(DISTINCT y)`` moved from 101 to 225 with one user added). Floats
-    equal to zero are written ``0``, NUMERICs without trailing zeros (``TRIM_SCALE``);
-    other types print equal values alike.
+    The hashed values come from a GROUP BY, which keeps whichever of its equal values it
+    met first, and PostgreSQL spells some equal values differently (``-0`` and ``0``,
+    NUMERIC ``1.0`` and ``1.00``). The hash of their text depended on the order the rows
+    are stored in, and every user holding both spellings flipped the same way (attack
+    review: ``COUNT(DISTINCT y)`` moved from 101 to 225 with one user added); making the
+    text canonical by dpsql's guess of the type missed a derived MIN and an alias named
+    like another table's column. ``HASH_RECORD_EXTENDED`` hashes each field with its
+    type's own extended hash function, the one PostgreSQL's hash aggregation relies on,
+    which gives equal values one hash by construction, whatever their spelling. A type
+    without one (json) fails when the statement is planned: before the charge.
     """
-    family = ctx.family(value)
-    if family == FLOAT:
-        zero = exp.EQ(this=copy_node(value), expression=exp.Literal.number(0))
-        return exp.Case(ifs=[exp.If(this=zero, true=exp.Literal.number(0))], default=value)
-    if family == DECIMAL:
-        return exp.Anonymous(this="TRIM_SCALE", expressions=[value])
-    return value
+    def make(uid, keys, seed):
+        # a row constructor (a, b): one value is padded with a constant 0, as (a) would
+        # be a bracketed value, not a row
+        values = [copy_node(v) for v in (uid, *keys)]
+        if len(values) == 1:
+            values.append(exp.Literal.number(0))
+        row = exp.Tuple(expressions=values)
+        return exp.Anonymous(this="HASH_RECORD_EXTENDED", expressions=[row, seed])
+    return order_with_tiebreak(expression, make)
 
 
 def postgres_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
@@ -537,6 +528,6 @@ def _literal(value: Decimal) -> exp.Expression:
 
 #: Functions sqlglot does not model that these transforms write (each on
 #: :data:`dpsql.output_check.FUNCTIONS`).
-FUNCTIONS = frozenset({"hashtextextended", "pg_input_is_valid", "div", "trim_scale"})
+FUNCTIONS = frozenset({"hash_record_extended", "pg_input_is_valid", "div"})
 
 POSTGRES = (postgres_try, postgres_date_units, postgres_extract, python_dates, postgres_sums)

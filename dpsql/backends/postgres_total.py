@@ -504,8 +504,8 @@ TOTAL = total.AllowList("PostgreSQL", (
     _E((exp.Min, exp.Max), total.always, "picks one of the values"),
     _E((exp.Sum, exp.Avg), _pg_sum, _pg_sum.__doc__.split(":")[0]),
     _E((exp.RowNumber,), total.always, "numbers rows"),
-    _E((exp.Anonymous,), total.anonymous("HASHTEXTEXTENDED"), "a hash of text"),
-    _E((exp.Anonymous,), total.anonymous("TRIM_SCALE"),
-       "a NUMERIC without its trailing zeros (NaN and infinities as they are)"),
+    _E((exp.Anonymous,), total.anonymous("HASH_RECORD_EXTENDED"),
+       "a hash of a row by its fields' own hash functions (a type without one fails "
+       "when the statement is planned)"),
 ), guards=(), sum_as="DECIMAL", refuse_unwrappable=False,
    nullif_divisors=True)

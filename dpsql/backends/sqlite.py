@@ -111,8 +111,28 @@ def fmod(a, b):
         return None
 
 
-#: sqlite3's text for an exception raised by a Python aggregate's method.
-_AGGREGATE_ERROR = "user-defined aggregate's"
+#: sqlite3's texts for an exception raised by a Python aggregate's method or function.
+_PYTHON_ERRORS = ("user-defined aggregate's", "user-defined function raised exception")
+
+
+def _own(function, guard: _Guard):
+    """``function`` as SQLite calls it on dpsql's connection: never an error.
+
+    A Ctrl-C that lands in its Python code is handed to ``guard`` (the statement is
+    then cancelled: :meth:`SQLiteBackend._run`) and anything else it might raise gives
+    NULL. What can still escape is an interrupt raised on entry, before any handler
+    runs, so a statement that fails in dpsql's Python code was interrupted
+    (:data:`_PYTHON_ERRORS`), and its failure says nothing of the data.
+    """
+    def call(*args):
+        try:
+            return function(*args)
+        except KeyboardInterrupt:
+            guard.cancelled = True
+        except Exception:  # noqa: BLE001 - an error here would fail the statement
+            pass
+        return None
+    return call
 
 
 class ExactSum:
@@ -209,9 +229,10 @@ def _connect_read_only(path: Path, guard: _Guard) -> sqlite3.Connection:
     con = sqlite3.connect(uri, uri=True, check_same_thread=False)
     con.text_factory = decode_text
     con.set_progress_handler(guard.interrupt, _PROGRESS_STEPS)
-    con.create_function(sqlite_dialect.SQLITE_HASH, -1, keyed_hash, deterministic=True)
-    con.create_function(sqlite_dialect.SQLITE_FMOD, 2, fmod, deterministic=True)
-    con.create_function(sqlite_dialect.SQLITE_UTF8, 1, utf8, deterministic=True)
+    con.create_function(sqlite_dialect.SQLITE_HASH, -1, _own(keyed_hash, guard),
+                        deterministic=True)
+    con.create_function(sqlite_dialect.SQLITE_FMOD, 2, _own(fmod, guard), deterministic=True)
+    con.create_function(sqlite_dialect.SQLITE_UTF8, 1, _own(utf8, guard), deterministic=True)
     con.create_aggregate(sqlite_dialect.SQLITE_ISUM, 1,
                          type("ExactSum", (ExactSum,), {"guard": guard}))
     con.execute("PRAGMA query_only = ON")
@@ -373,17 +394,24 @@ class SQLiteBackend(SQLAlchemyBackend):
         self._guard.timed_out = False
         self._guard.cancelled = False
         try:
-            return self._guarded(conn, sql)
+            ran = self._guarded(conn, sql)
         except sa.exc.OperationalError as exc:
             # SQLite's fixed text for SQLITE_INTERRUPT (no data in it): stopped, and not
             # by the timeout, so by Ctrl-C in the progress handler
             if str(getattr(exc, "orig", "")) == "interrupted" and not self._guard.timed_out:
                 raise QueryCancelled() from None
-            # dpsql_isum catches every Exception; what escapes it is a KeyboardInterrupt
-            # raised on entry to its Python code, before its handler (ExactSum): Ctrl-C
-            if str(getattr(exc, "orig", "")).startswith(_AGGREGATE_ERROR):
+            # dpsql's Python functions catch every Exception; what escapes them is a
+            # KeyboardInterrupt raised on entry, before their handlers (_own): Ctrl-C
+            if str(getattr(exc, "orig", "")).startswith(_PYTHON_ERRORS):
                 raise QueryCancelled() from None
             raise
+        finally:
+            cancelled, self._guard.cancelled = self._guard.cancelled, False
+        if cancelled:
+            # a Ctrl-C that dpsql's Python code caught (the value it gave is wrong) after
+            # the progress handler's last look: the statement ended, its rows are not used
+            raise QueryCancelled()
+        return ran
 
 
 def _quote(name: str) -> str:

@@ -309,19 +309,22 @@ def _blob(value: exp.Expression) -> exp.Expression:
 
 
 def sqlite_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
-    """The keyed hash of the L0 order and of the distinct-value cap. A real or decimal
-    value is hashed as a REAL: the value comes from a GROUP BY, which keeps whichever of
-    its equal values it met first, and a NUMERIC or untyped column holds equal values
-    as INTEGER and REAL (``3`` and ``3.0``, ``-2^63`` and ``-9.22337203685478e+18``),
-    whose text differs; hashed as stored, the choice depended on the rows' storage order
-    and every user holding both flipped the same way (attack review). Equal values are
-    one REAL (the hash reads a whole REAL as its integer); different values that round
-    to one REAL tie, and the tie is broken by the values themselves
-    (:func:`~dpsql.backends.dialects.order_with_tiebreak`)."""
+    """The keyed hash of the L0 order and of the distinct-value cap. A number is hashed
+    as a REAL, whatever its column or expression: the value comes from a GROUP BY, which
+    keeps whichever of its equal values it met first, and SQLite holds equal values as
+    INTEGER and REAL (``3`` and ``3.0`` in a NUMERIC or untyped column, ``ROUND(i)``
+    beside ``i``, an integer expression that overflowed to REAL ``-2^63``), whose text
+    differs; hashed as stored, the choice depended on the rows' storage order and every
+    user holding both flipped the same way (attack review). The test is SQLite's own
+    ``TYPEOF`` of the value, not dpsql's guess of its type, which missed some of these.
+    Equal numbers are one REAL; different numbers that print alike tie, and the tie is
+    broken by the values themselves (:func:`~dpsql.backends.dialects.order_with_tiebreak`).
+    """
     def canonical(value):
-        if ctx.family(value) in (FLOAT, DECIMAL):
-            value = exp.Cast(this=value, to=exp.DataType.build("REAL"))
-        return _blob(value)
+        number = exp.In(this=exp.Typeof(this=copy_node(value)),
+                        expressions=[exp.Literal.string("integer"), exp.Literal.string("real")])
+        real = exp.Cast(this=copy_node(value), to=exp.DataType.build("REAL"))
+        return _blob(exp.Case(ifs=[exp.If(this=number, true=real)], default=value))
 
     return order_with_tiebreak(expression, lambda uid, keys, seed: exp.Anonymous(
         this=SQLITE_HASH, expressions=[seed, canonical(uid), *(canonical(k) for k in keys)]))

@@ -95,3 +95,58 @@ def test_postgres_hashes_equal_values_alike(column, spellings):
         engine.dispose()
         released.append(_released(PG_URL, PG_CATALOG))
     assert released[0] == released[1]
+
+
+def test_sqlite_hashes_round_of_an_integer_like_the_integer(tmp_path):
+    """``ROUND(i)`` is a REAL beside the INTEGER ``i``, in an expression dpsql types as
+    an integer: the hash reads SQLite's own TYPEOF, and the released key is one integer
+    whichever spelling the GROUP BY kept (it was 3.0 or 3 by storage order)."""
+    catalog = {"tables": {"t": {"user_key": "pid", "max_rows": 3, "columns": {
+        "pid": {"type": "int"}, "j": {"type": "int", "lower": 0, "upper": 2},
+        "i": {"type": "int", "lower": 0, "upper": 10000}}}}}
+    key = "CASE WHEN j = 0 THEN ROUND(i) ELSE i END"
+    queries = [(f"SELECT COUNT(DISTINCT {key}) FROM t", {"max_rows": 1}),
+               (f"SELECT {key} AS k, COUNT(*) FROM t GROUP BY k", {"max_groups": 1})]
+    released = []
+    for name, js in (("forwards", (0, 1)), ("backwards", (1, 0))):
+        path = tmp_path / f"{name}.db"
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE t (pid INTEGER, j INTEGER, i INTEGER)")
+        con.executemany("INSERT INTO t VALUES (?, ?, ?)",
+                        [(u, j, 3) for u in range(N) for j in js]
+                        + [(u, 2, 100 + u) for u in range(N)])
+        con.commit()
+        con.close()
+        with dpsql.connect(f"sqlite:///{path}", catalog=catalog, budget=(1e9, 0.5),
+                           ledger=":memory:") as conn:
+            _engine_connection(conn)._seed_secret = b"one seed for both orders".ljust(32, b"0")
+            released.append([conn.execute(sql, epsilon=1.0, delta=1e-6, **kw).rows
+                             for sql, kw in queries])
+    assert released[0] == released[1]
+    assert all(type(k) is int for k, _ in released[0][1]), released[0][1]
+
+
+@needs_postgres
+def test_postgres_hashes_a_derived_min_by_its_type():
+    """A derived MIN (whose type dpsql's own guess does not know) of -0 and 0: the hash
+    is ``HASH_RECORD_EXTENDED``, which hashes each value by its type's hash function."""
+    catalog = {"tables": {"t": {"user_key": "pid", "max_rows": 6, "columns": {
+        "pid": {"type": "int"}, "g": {"type": "int", "lower": 0, "upper": 10},
+        "y": {"type": "float", "lower": -2, "upper": 5000}}}}}
+    derived = "(SELECT pid, g, MIN(y) AS m FROM t GROUP BY pid, g) s"
+    released = []
+    for a, b in (("0", "-0"), ("-0", "0")):
+        engine = sa.create_engine(PG_ADMIN_URL)
+        with engine.begin() as con:
+            con.exec_driver_sql("DROP TABLE IF EXISTS t")
+            con.exec_driver_sql("CREATE TABLE t (pid int, g int, y float8)")
+            con.exec_driver_sql("INSERT INTO t VALUES " + ", ".join(
+                f"({u}, {g}, '{x}'::float8)" for u in range(N)
+                for g, xs in ((0, (a, b)), (1, (a, b)), (2, (str(1000 + u),))) for x in xs))
+            con.exec_driver_sql("GRANT SELECT ON t TO dpsql_reader")
+        engine.dispose()
+        with dpsql.connect(PG_URL, catalog=catalog, budget=(1e9, 0.5), ledger=":memory:") as conn:
+            _engine_connection(conn)._seed_secret = b"one seed for both orders".ljust(32, b"0")
+            released.append(conn.execute(f"SELECT COUNT(DISTINCT m) FROM {derived}",
+                                         epsilon=1.0, max_rows=1).rows)
+    assert released[0] == released[1]
