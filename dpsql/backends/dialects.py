@@ -233,10 +233,9 @@ def sentinel_clamp(value: exp.Expression, low: str, high: str) -> exp.Expression
 
 def order_with_tiebreak(expression: exp.Expression, make_hash) -> exp.Expression:
     """Replaces the L0 order ``HASH(uid, keys..., seed)`` by this backend's keyed hash,
-    followed by the keys themselves so that ties are broken by the user's own data; the
-    distinct-value cap's ``HASH(value, seed)`` is followed by the value (a hash of a
-    canonical form can tie for different values, and ROW_NUMBER would then order them
-    as the rows happen to come)."""
+    followed by the keys themselves so that ties are broken by the user's own data (the
+    distinct-value cap's order is followed by the value in the rewrite itself,
+    :func:`dpsql.rewrite.per_user_aggregate._distinct_values`)."""
     for node in list(expression.find_all(exp.Anonymous)):
         if str(node.this).upper() != "HASH" or not isinstance(node.parent, exp.Ordered):
             continue
@@ -246,7 +245,7 @@ def order_with_tiebreak(expression: exp.Expression, make_hash) -> exp.Expression
         uid, keys, seed = args[0], args[1:-1], args[-1]
         ordered.set("this", make_hash(uid, keys, seed))
         if isinstance(order, exp.Order):
-            tail = [exp.Ordered(this=copy_node(k), nulls_first=True) for k in keys or [uid]]
+            tail = [exp.Ordered(this=copy_node(k), nulls_first=True) for k in keys]
             order.set("expressions", [*order.expressions, *tail])
     return expression
 

@@ -78,9 +78,12 @@ def _distinct_values(inner: exp.Select, value: exp.Expression, plan: Plan) -> ex
     keys = [e.copy() for e in inner.expressions if e.alias_or_name.startswith("__k")]
     group = [e.this.copy() for e in keys]
     order = exp.Anonymous(this="HASH", expressions=[value.copy(), number(plan.seed)])
+    # ties of the hash (a collision, or a canonical form shared by different values, as
+    # SQLite's REAL of two large integers) are broken by the value, not by row order
     rank = exp.Window(this=exp.RowNumber(),
                       partition_by=[plan.uid.copy(), *(g.copy() for g in group)],
-                      order=exp.Order(expressions=[exp.Ordered(this=order)]))
+                      order=exp.Order(expressions=[exp.Ordered(this=order),
+                                                   exp.Ordered(this=value.copy())]))
     out = exp.select(exp.alias_(plan.uid.copy(), UID), *keys, exp.alias_(value.copy(), VALUE),
                      exp.alias_(rank, "__vrank"))
     out.set("from_", inner.args["from_"].copy())
