@@ -135,8 +135,8 @@ def fine_sum(value: exp.Expression, j: int) -> exp.Expression:
     value is rounded to a multiple of ``2^j`` (the cast rounds, or truncates on
     SQLite; which way does not matter, only that it is a function of the value) and the
     multiples are added as integers, exactly (DuckDB: HUGEINT; PostgreSQL: NUMERIC;
-    Spark: DECIMAL(38, 0) by its transforms; SQLite: a float sum, exact while the total
-    stays below 2^53 units), then scaled back. NULL where every value is NULL, as
+    Spark: DECIMAL(38, 0) by its transforms; SQLite: dpsql's own exact aggregate,
+    ``dpsql_isum``), then scaled back. NULL where every value is NULL, as
     ``SUM``. The caller picks ``j`` so that a value's units fit a BIGINT.
 
     >>> fine_sum(exp.column("x"), -3).sql()

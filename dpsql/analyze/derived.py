@@ -211,7 +211,7 @@ def _aggregate(agg: exp.Expression, name: str, scope: Scope,
     ctype = "int" if interval.integer else "float"
     if isinstance(agg, exp.Min | exp.Max):
         return Column(name, ctype, interval.lower, interval.upper, nullable=True), \
-            type(agg)(this=value)
+            _one_spelling(type(agg)(this=value), interval)
     added = _exact_sum(value, interval)
     if isinstance(agg, exp.Avg):
         # the exact total over the count (as DOUBLE: SQLite divides integers as integers)
@@ -223,6 +223,24 @@ def _aggregate(agg: exp.Expression, name: str, scope: Scope,
     low, high = sensitivity.partial_range("sum", interval, R)
     total = clamp(exp.Coalesce(this=added, expressions=[number(0)]), low, high)
     return Column(name, ctype, low, high), total
+
+
+def _one_spelling(value: exp.Expression, interval) -> exp.Expression:
+    """A MIN's or MAX's value in one spelling for all values equal to it.
+
+    Of several equal values MIN and MAX return whichever they meet first, and engines
+    spell some equal numbers differently (``-0.0`` and ``0.0``; PostgreSQL's NUMERIC
+    ``1.0`` and ``1.00``; SQLite's INTEGER ``3`` and REAL ``3.0``), which the outer
+    query can tell apart (``CAST(m AS VARCHAR) = '-0.0'``): every user holding both
+    flipped with the rows' storage order (attack review). Whole values below ``2^62``
+    become BIGINTs; any other number a DOUBLE with zero written ``0.0`` (a test, not
+    ``+ 0``, which DuckDB folds away). Equal values are then one value.
+    """
+    if interval.integer and interval.magnitude < 2.0**62:
+        return exp.Cast(this=value, to=exp.DataType.build("BIGINT"))
+    double = exp.Cast(this=value, to=exp.DataType.build("DOUBLE"))
+    zero = exp.EQ(this=double.copy(), expression=number(0))
+    return exp.Case(ifs=[exp.If(this=zero, true=exp.Literal.number("0.0e0"))], default=double)
 
 
 def _exact_sum(value: exp.Expression, interval) -> exp.Expression:
@@ -252,8 +270,7 @@ def _fine_exponent(interval) -> int:
     A clamped row is then at most ``2^36`` units of ``2^j``, a BIGINT (and a sum DuckDB
     adds in its fast path); its rounding moves the aggregate by at most ``2^(j-1)``, a
     ``2^-36`` part of the bound per row. ``2^j`` and ``2^-j`` are normal doubles
-    (bounds are at most ``1e250``). On SQLite, which adds with a float ``TOTAL``, the
-    sum is exact while a user's group has fewer than about ``2^17`` rows.
+    (bounds are at most ``1e250``).
 
     >>> from dpsql.analyze.bounds import Interval
     >>> _fine_exponent(Interval(0, 2)), _fine_exponent(Interval(-500000, 10))

@@ -34,6 +34,8 @@ owner's log only (:mod:`dpsql.backends._boundary`).
 
 from __future__ import annotations
 
+import re
+
 import sqlalchemy as sa
 from sqlglot import exp
 
@@ -55,11 +57,14 @@ def duckdb_type(pg_type: str) -> str:
     t = pg_type.lower().strip()
     if t.endswith("]"):  # an array (``text[]``) stays one: the schema check refuses it
         return t.upper()
-    if t.startswith("numeric"):
+    if re.fullmatch(r"numeric(\(\d+(, ?-?\d+)?\))?", t):
         return "DECIMAL" + t[len("numeric"):].replace(" ", "")
-    if t.startswith(("character", "text", "name", '"char"', "citext")):
+    # whole names only: an owner's type or domain whose name starts with one (a domain
+    # text_tsv over tsvector) is not text (attack review)
+    if re.fullmatch(r'(character( varying)?|varchar|char|bpchar)(\(\d+\))?|text|name|"char"'
+                    r'|citext', t):
         return "VARCHAR"
-    if t.startswith("timestamp"):
+    if re.fullmatch(r"timestamp(\(\d\))? with(out)? time zone|timestamp(\(\d\))?", t):
         return "TIMESTAMP WITH TIME ZONE" if "with time zone" in t else "TIMESTAMP"
     return {"bigint": "BIGINT", "integer": "INTEGER", "smallint": "SMALLINT",
             "double precision": "DOUBLE", "real": "FLOAT", "boolean": "BOOLEAN",
