@@ -192,3 +192,32 @@ def _split_table(plan: Plan, alpha: float) -> list[dict]:
             "feeds": ("Result.bias",),
         })
     return out
+
+
+def settle_grids(plan, expression, schema, backend):
+    """After :func:`dpsql.answering.statistic_types` (before the charge): the grids
+    decided again, and the query rewritten and bound again if they changed.
+
+    ``statistic_types`` turns an integer statistic the engine types as a fraction into a
+    grid one (it leaves gridded ones be): that one is summed in grid units too, so the
+    SQL is written again from the recorded decision. Nothing changes a mechanism after
+    this, and the invariant is checked, so the SQL and the noise stage agree.
+
+    Returns:
+        the expression to run and its bound schema.
+
+    Raises:
+        RuntimeError: (dpsql's own bug, reported as an internal error before the charge)
+            the decision did not settle.
+    """
+    from dpsql.grid_units import choose_grids, grids_agree
+    from dpsql.rewrite import EngineTraits, rewrite
+
+    traits = EngineTraits.of(backend)
+    if choose_grids(plan, traits):
+        expression = rewrite(plan, engine=traits)
+        schema = backend.check(expression)
+        statistic_types(plan, dict(schema), backend.reports_types)
+    if not grids_agree(plan) or choose_grids(plan, traits):
+        raise RuntimeError("a statistic's grid changed after its rewrite")
+    return expression, schema

@@ -35,6 +35,7 @@ from dpsql.answer_flow import Answering
 from dpsql.answering import (
     internal_error,
     interrupted,
+    settle_grids,
     statistic_types,
 )
 from dpsql.asking import Ask, key_parts, l0_seed, lift_and_bind, query_options, switch
@@ -53,7 +54,7 @@ from dpsql.errors import (
     UnsupportedQueryError,
 )
 from dpsql.explaining import Explaining
-from dpsql.grid_units import choose_grids, settle_grids
+from dpsql.grid_units import choose_grids
 from dpsql.keys import (
     float_key_type,
     keys_as_text,

@@ -66,7 +66,7 @@ class Explaining:
                                                       seed=seed)
             # execute()'s checks before its charge: the engine's types may turn a
             # statistic into a grid one and the SQL is then written again
-            # (dpsql.grid_units.settle_grids), so the SQL and mechanisms shown are those
+            # (dpsql.answering.settle_grids), so the SQL and mechanisms shown are those
             # that run, and what execute() would refuse, explain() refuses too
             expression, _ = self._check(plan, expression, backend)
             sql_text = backend.to_sql(expression)

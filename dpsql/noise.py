@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from dpsql.analyze.plan import Plan
+from dpsql.grid_units import fine_exponent, to_grid
 from dpsql.keys import order_key
 from dpsql.mechanisms.laplace import Grid
 
@@ -46,8 +47,11 @@ def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
         """Exact values, group by group; a histogram's bins one after the other."""
         stat = plan.stat(name)
         columns = [index[c] for c in stat.columns]
-        if stat.grid is not None:  # whole grid units, summed exactly by the engine
-            return [read_units(exact[g][i]) if g in exact else 0
+        if stat.grid is not None:
+            # an exact total of fine units, summed by the engine, rounded to the grid
+            # once (dpsql.grid_units)
+            j = fine_exponent(stat.linf, stat.grid)
+            return [to_grid(read_units(exact[g][i]) if g in exact else 0, j, stat.grid)
                     for g in groups for i in columns]
         # a grid rounds the exact value itself (Grid.release): an engine's exact
         # DECIMAL must not be rounded to a float first

@@ -1,69 +1,43 @@
-"""Pass: each summand of a gridded statistic is rounded to the grid in SQL, and the sum
-is taken over integers of grid units, exactly.
+"""Pass: a gridded statistic's summands are added exactly, as integers of a fine grid,
+and the noise stage rounds the exact total to the noise's grid once.
 
 Why (the argument is :mod:`dpsql.grid_units`): a sum added in double precision can move
-further than the ``L∞`` its noise covers, so one user could move a release by more grid
-units than the privacy map counts. Here the top-level ``SUM(v) AS __sN`` of each
-statistic with ``Statistic.grid = k`` becomes
+further than the ``L∞`` its noise covers, and depend on the order of the rows, so one
+user could move a release by more grid units than the privacy map counts. Here the
+top-level ``SUM(v) AS __sN`` of each statistic with ``Statistic.grid = k`` becomes
 
-    ``SUM(CAST(ROUND(CAST(v AS DOUBLE) * 2^-k) AS BIGINT)) AS __sN``
+    ``SUM(LEAST(GREATEST(CAST(ROUND(CAST(v AS DOUBLE) * 2^-j) AS BIGINT), -M), M))``
 
-(``2^-k`` a DOUBLE literal, exactly the power of two), whose integer total the engine
-computes exactly (DuckDB: a HUGEINT; Spark: a DECIMAL(38, 0)), and each user changes it
-by exactly its own rounded partial. The noise stage reads that column as units
-(:meth:`~dpsql.mechanisms.laplace.Grid.release_units`). Which statistics are gridded is
-decided before the rewrite (:func:`dpsql.grid_units.choose_grids`), never here: the pass
-only writes what the plan records, and fails (before the charge: an internal error, as
+with ``j`` the fine grid's exponent (:func:`dpsql.grid_units.fine_exponent`, 2^24 times
+finer than ``2^k``) and ``M = floor(L∞ / 2^j)`` (NULL kept NULL where a summand may be
+NULL), whose integer total the engine computes exactly (DuckDB: a HUGEINT; Spark: a
+DECIMAL(38, 0); SQLite: dpsql's exact aggregate); each user changes it by its own at
+most ``M`` units, at most ``L∞``. The noise stage rounds that total to the grid
+(:func:`dpsql.grid_units.to_grid`) and noises it in grid units
+(:meth:`~dpsql.mechanisms.laplace.Grid.release_units`). Rounding once, not per user,
+keeps the rounding error of a release below half a grid step whatever the number of
+users (rounded per user, 1M users' partials drifted past the error bars at ε = 10).
+In the per-user step, the partial's own SUM over the user's rows is taken in the same
+fine grid (:func:`dpsql.sqlbuild.fine_sum`). Which statistics are gridded is decided
+before the rewrite (:func:`dpsql.grid_units.choose_grids`), never here: the pass only
+writes what the plan records, and fails (before the charge: an internal error, as
 :meth:`dpsql.Connection.execute` reports a bug) on a statistic recorded as gridded whose
-top-level SUM it cannot find, so that no column the noise stage reads as units is in value
-units.
+top-level SUM it cannot find, so that no column the noise stage reads as units is in
+value units.
 
 Engines without ``EngineTraits.grid_sums`` get no statistic recorded as gridded, so the
 tree is unchanged: PostgreSQL sums NUMERICs exactly (:mod:`dpsql.rewrite.bound_summands`).
-On Spark the BIGINT units are summed as DECIMAL(38, 0) by its dialect's transforms, on
-SQLite by dpsql's exact aggregate (:func:`dpsql.backends.sqlite_dialect.sqlite_sums`).
 """
 
 from __future__ import annotations
 
-import math
-
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
+from dpsql.grid_units import fine_exponent, fine_limit
 from dpsql.rewrite.per_user_aggregate import PER_USER
 from dpsql.rewrite.traits import DEFAULT, EngineTraits
-from dpsql.sqlbuild import fine_sum, power_of_two
-
-#: A user's rows are added in a grid ``2^FINE_STEPS`` times finer than the noise's
-#: (:func:`fine_exponent`).
-FINE_STEPS = 24
-#: ... and never finer than ``|value| / 2^j < 2^FINE_BITS``: a BIGINT holds a row's
-#: units, and ``2^48`` rows of them stay below ``2^110`` in the HUGEINT sum.
-FINE_BITS = 61
-
-
-def fine_exponent(linf: float, k: int) -> int:
-    """The exponent ``j`` of the finer grid ``2^j`` a user's rows are added up in, for
-    a statistic of range ``L∞`` noised on the grid ``2^k``.
-
-    ``j = max(k − 24, e − 61, −1022)`` where ``L∞ < 2^e``:
-
-    * each row a partial adds is at most ``L∞`` in magnitude (a sum's rows lie in
-      ``[L, U]`` and its range is ``R·[min(L, 0), max(U, 0)]``; a variance's squares
-      likewise), so ``|value| / 2^j < 2^61`` fits a BIGINT;
-    * ``2^j`` and ``2^-j`` are normal doubles (``j >= −1022``; ``k <= 1011`` since the
-      scale is a finite double);
-    * a row's rounding moves its partial by at most ``2^(j-1)``, ``2^-25`` of a grid
-      step, and at most ``2^-37`` of the noise's scale (``2^k <= scale·2^-12``);
-    * at ordinary ε a row is then at most about ``2^37`` units, which DuckDB adds in its
-      fast path (units near ``2^61`` cost about 15% more on PUMS 1M).
-
-    >>> fine_exponent(1500000.0, 8), fine_exponent(1.0, -100), fine_exponent(0.0, -2000)
-    (-16, -60, -1022)
-    """
-    e = math.frexp(float(linf))[1] if linf > 0 else -1073
-    return max(k - FINE_STEPS, e - FINE_BITS, -1022)
+from dpsql.sqlbuild import clamp, fine_sum, power_of_two
 
 
 def grid_sums(expression: exp.Select, plan: Plan,
@@ -79,8 +53,10 @@ def grid_sums(expression: exp.Select, plan: Plan,
     >>> choose_grids(plan, duckdb)
     True
     >>> sql = rewrite(plan, engine=duckdb).sql()
-    >>> sql[sql.index(") SELECT") + 2:sql.index(" FROM __per_user")]
-    'SELECT SUM(CAST(ROUND(CAST(__s0 AS DOUBLE) * 0.0078125e0) AS BIGINT)) AS __s0'
+    >>> print(sql[sql.index(") SELECT") + 2:sql.index(" FROM __per_user")])
+    ... # doctest: +NORMALIZE_WHITESPACE
+    SELECT SUM(LEAST(GREATEST(CAST(ROUND(CAST(__s0 AS DOUBLE) * 131072.0e0) AS BIGINT),
+               -131072000000), 131072000000)) AS __s0
     """
     gridded = {s.name: s for s in plan.stats if s.grid is not None}
     if not gridded:
@@ -98,7 +74,7 @@ def grid_sums(expression: exp.Select, plan: Plan,
         if stat is None or not isinstance(total, exp.Sum) \
                 or isinstance(total.this, exp.Distinct):
             continue
-        total.set("this", _units(total.this, stat.grid))
+        total.set("this", _fine_units(total.this, stat))
         found.add(column)
     missing = [c for c in by_column if c not in found]
     if missing:
@@ -127,8 +103,16 @@ def _exact_partials(expression: exp.Select, by_column: dict) -> None:
                 total.replace(fine_sum(total.this, j))
 
 
-def _units(summand: exp.Expression, k: int) -> exp.Expression:
-    """``CAST(ROUND(CAST(summand AS DOUBLE) * 2^-k) AS BIGINT)``."""
+def _fine_units(summand: exp.Expression, stat) -> exp.Expression:
+    """``CAST(ROUND(CAST(summand AS DOUBLE) * 2^-j) AS BIGINT)`` clamped to ``±M``,
+    ``M = floor(L∞ / 2^j)`` (:func:`fine_limit`), NULL kept NULL: one summand in whole
+    units of the fine grid ``2^j``, at most ``L∞`` in value."""
+    j = fine_exponent(stat.linf, stat.grid)
     scaled = exp.Mul(this=exp.Cast(this=summand.copy(), to=exp.DataType.build("DOUBLE")),
-                     expression=power_of_two(-k))
-    return exp.Cast(this=exp.Round(this=scaled), to=exp.DataType.build("BIGINT"))
+                     expression=power_of_two(-j))
+    units = exp.Cast(this=exp.Round(this=scaled), to=exp.DataType.build("BIGINT"))
+    limit = fine_limit(stat.linf, j)
+    # a user's partial is COALESCEd to 0 (never NULL); a row's value may be NULL, which
+    # the sum skips and a bare clamp would turn into -M
+    partial = isinstance(summand, exp.Column) and summand.name in stat.columns
+    return clamp(units, -limit, limit, keep_null=not partial)

@@ -11,13 +11,12 @@ the release two units, spending twice the ε charged. The factor is ``1 + 1/unit
 it matters at small ε shares (here 1.7e-4) and is about 1.0002 at ε = 1.
 
 The construction that closes it (:mod:`dpsql.grid_units`, :mod:`dpsql.rewrite.grid_sums`):
-on DuckDB each summand is rounded to the grid in SQL and the sum is taken over integers of
-grid units (``SUM(CAST(ROUND(CAST(v AS DOUBLE) * 2^-k) AS BIGINT))``, exact in HUGEINT),
-and the noise is added to those integers in Python; ``|round(p / g)| <= floor(L∞ / g) + 1``
-keeps the same privacy map. Here each partial rounds to 1 unit but 0.3·c (0), so the release
-is 5 units before and 6 after: the new user's 1.9999999999999998 moves it one unit. PostgreSQL's
-NUMERIC sums are exact already (``tests/privacy/test_postgres_summands.py``); SQLite and
-Spark keep the floating-point sums (a known gap of factor ``1 + 1/units``).
+on DuckDB, Spark and SQLite each summand is rounded to a fine grid ``2^j`` (2^24 times
+finer than ``g``) in SQL, clamped to ``floor(L∞ / 2^j)`` units, and summed exactly as
+integers; the noise stage rounds the exact total to ``g`` once and adds integer noise.
+Here the totals are 9·c and 11·c exactly (4.4999... and 5.4999... grid units), so the
+release is 4 units before and 5 after: the new user's 1.9999999999999998 moves it one
+unit. PostgreSQL's NUMERIC sums are exact already (``tests/privacy/test_postgres_summands.py``).
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ def test_one_user_moves_a_duckdb_sum_by_at_most_the_units_counted(monkeypatch):
     assert grid == 2.0 and stat["linf"] == 1.9999999999999998, stat
     counted = math.floor(stat["linf"] / grid) + 1
     assert round((after - before) / grid) <= counted, (before, after)
-    assert (before, after) == (10.0, 12.0)  # 5 and 6 units: the rounded partials
+    assert (before, after) == (8.0, 10.0)  # 4 and 5 units: the exact totals, rounded
 
 
 A, B, C = 0.7015463661686019, 1.524070283626087, 0.2743833502053108
@@ -135,7 +134,8 @@ def test_spark_sums_grid_units_exactly(spark_session, monkeypatch):
     the finer grid, so one user moves the release by its own rounded partial and the
     order of a user's rows does not matter. With the float sums (the trait off) the
     first pair moved 4 → 5 units by luck of Spark's rounding and the second released
-    20 units both times, where the exact partials (2.4999999999999996 each) are 2 units."""
+    20 units both times by luck of its float sums; now the exact total (8 partials just
+    below 2.5) is rounded once, in either order."""
     monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
 
     def released(rows, catalog, sql, epsilon):
@@ -147,13 +147,13 @@ def test_spark_sums_grid_units_exactly(spark_session, monkeypatch):
     before = released(list(enumerate([1.7, 2.0, 1.5, 2.0, 1.5, 0.3])), CATALOG, SQL, EPSILON)
     after = released(list(enumerate([1.7, 2.0, 2.0, 1.5, 2.0, 1.5, 0.3])), CATALOG, SQL,
                      EPSILON)
-    assert (before, after) == (10.0, 12.0)  # 5 and 6 units: the rounded partials
+    assert (before, after) == (8.0, 10.0)  # 4 and 5 units: the exact totals, rounded
     order = "SELECT SUM(x) FROM t"
     backwards = released([(u, x) for u in range(8) for x in (C, B, A)], ORDER_CATALOG,
                          order, 0.001)
     forwards = released([(u, x) for u in range(8) for x in (A, B, C)] + [(99, 0.0)],
                         ORDER_CATALOG, order, 0.001)
-    assert backwards == forwards == 16.0  # 8 users of 2 units, in either order
+    assert backwards == forwards == 20.0  # 8 exact partials just below 2.5, in either order
 
 
 #: (a + b) + c = 2.4999999701976776 and (c + b) + a = 2.499999970197677 in doubles: the
@@ -236,3 +236,28 @@ def test_whole_values_are_added_exactly_in_any_order(kind, sql, tmp_path, reques
     backwards = [(u, x, int(x)) for u in range(50) for x in (1.0, 1.0, BIG)]
     assert _whole_released(kind, forwards, sql, tmp_path, spark) == \
         _whole_released(kind, backwards, sql, tmp_path, spark)
+
+
+@needs_spark
+@pytest.mark.slow
+def test_spark_partials_are_the_same_in_any_order(spark_session):
+    """Spark, as the DuckDB test above: each user's partial, read from the final SQL's
+    ``__per_user`` step, is bit for bit the same with the rows stored forwards or
+    backwards (one partition, so the order of addition). Spark's float SUM of the same
+    rows differs in its last bits for many users."""
+    from tests.support import checked, prepare
+
+    rng = np.random.default_rng(7)
+    rows = [(u, float(x)) for u in range(200) for x in rng.uniform(0, 2, size=rng.integers(1, 10))]
+    answers = []
+    for stored in (rows, rows[::-1]):
+        spark_session.createDataFrame(stored, "pid int, x double").coalesce(1) \
+            .createOrReplaceTempView("t")
+        with dpsql.connect(spark_session, catalog=ORDER_CATALOG, budget=(10, 0.5),
+                           ledger=":memory:") as conn:
+            plan, expression, backend = prepare(conn, "SELECT SUM(x * 0.7) FROM t", 0.01)
+            expression, _ = checked(conn, plan, expression, backend)
+            final = backend.to_sql(expression)
+            per_user = final[:final.rindex(") SELECT ") + 1] + " SELECT * FROM __per_user"
+            answers.append(sorted(tuple(r) for r in spark_session.sql(per_user).collect()))
+    assert answers[0] == answers[1]

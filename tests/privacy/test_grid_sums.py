@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpsql
+from dpsql.grid_units import fine_exponent
 from dpsql.mechanisms.gaussian import DiscreteGaussian
 from dpsql.mechanisms.laplace import DiscreteLaplace, Grid
 from dpsql.noise import add_noise
@@ -158,7 +159,8 @@ def test_duckdb_sums_real_statistics_in_grid_units():
                 assert (stat.grid is not None) == (not stat.rule.counts), (sql, stat)
                 if stat.grid is not None:
                     assert stat.grid == stat.mechanism.k
-                    assert f"* {2.0**-stat.grid!r}" in backend.to_sql(expression)
+                    fine = 2.0**-fine_exponent(stat.linf, stat.grid)
+                    assert f"* {fine!r}" in backend.to_sql(expression)
 
 
 def test_release_units_adds_integer_noise_to_integer_units(monkeypatch):
