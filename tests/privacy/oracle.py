@@ -43,6 +43,8 @@ import duckdb
 
 import dpsql
 from dpsql.errors import BackendError, DpsqlError
+from dpsql.grid_units import fine_exponent, to_grid
+from dpsql.noise import read_units
 from tests.support import checked, prepare
 
 #: One seed for the L0 order on D and D′ (a different seed would move every user's groups).
@@ -403,6 +405,10 @@ class Neighbours:
                 for column in stat.columns:
                     va = a[index[column]] if a is not None and column in index else None
                     vb = b[index2[column]] if b is not None and column in index2 else None
+                    if stat.grid is not None:  # an exact total of fine units: to the grid
+                        va, vb = (None if v is None else to_grid(
+                            read_units(v), fine_exponent(stat.linf, stat.grid), stat.grid)
+                            for v in (va, vb))
                     dist += _distance(va, vb)
                 if dist > 0:
                     moved.setdefault(g, []).append(stat.name)
