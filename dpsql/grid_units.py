@@ -36,12 +36,17 @@ Why the privacy map is unchanged. Each summand ``p`` is one user's partial in on
 * So adding or removing one user changes a group's exact total ``T`` by its own ``u``,
   ``|u| <= M``, and the total rounded to ``g`` (``2^(k-j)`` fine units) moves by at
   most ``floor(M / 2^(k-j)) + 1 <= floor(L∞ / g) + 1`` grid units, the map's count,
-  for any monotone rounding. A histogram's bins move by ``Δ_b >= 0`` fine units with
-  ``Σ Δ_b · 2^j <= L∞ + width · 2^(j-1)`` (each bin's partial is rounded on its own),
-  so ``Σ (floor(Δ_b / 2^(k-j)) + 1) <= floor(L∞ / g) + width``: the excess is below
-  ``g``, and a histogram's ``L∞`` is a whole number, a multiple of any ``g <= 1`` and
-  at least 1 below the next multiple of a ``g > 1`` (the Gaussian maps' ``_l2_units``
-  bound the same per-coordinate moves).
+  for any monotone rounding. A histogram's bins (weights ``w_b >= 0``, ``Σ w_b <= L∞``)
+  take their fine units with FLOOR, not ROUND: rounded up one by one, a user's bins
+  added more than ``L∞`` (attack review: 2 bins of ``2^24 − 0.5`` became ``2^25`` units
+  of a fine grid where ``L∞ = 2^25 − 1``, and the release moved 4 grid units where 3
+  are counted). So ``Σ Δ_b <= floor(Σ w_b / 2^j)``, at most ``L∞`` in value up to the
+  weights' own floating-point excess (below ``L∞ · 2^-51``, so below one grid step while
+  ``L∞ / g <= 2^50``, :data:`MAX_HISTOGRAM_UNITS`; and ``L∞`` is a whole number, a
+  multiple of any ``g <= 1`` and at least 1 below the next multiple of a ``g > 1``);
+  then ``Σ (floor(Δ_b / 2^(k-j)) + 1) <= floor(L∞ / g) + width``, the histogram map's
+  count, and the bins' grid units add up to at most ``floor(L∞ / g)`` plus one per
+  bin, which the Gaussian maps' ``_l2_units`` vertex bound assumes.
 * Rounding the total once, not each user's partial, keeps a release within half a grid
   step of the exact sum (plus ``2^-25`` of a step per user), whatever the number of
   users: rounded per user, 1M users' partials drifted out of the error bars at ε = 10
@@ -78,6 +83,10 @@ from dpsql.mechanisms.laplace import Grid
 #: the fine grid 2^24 times finer than ``g`` (or as fine as a summand's 2^61 units allow).
 #: Beyond it (an ε share above about ``2^39``) the statistic keeps the floating-point path.
 MAX_UNITS = 2.0**52
+#: ... for a histogram: its bins' weights are computed in floating point (within a part
+#: in 2^51 of their exact sum, at most ``L∞``), and that excess must stay below a grid
+#: step (an ε share above about ``2^37``: the floating-point path).
+MAX_HISTOGRAM_UNITS = 2.0**50
 
 
 def grid_of(stat, engine) -> int | None:
@@ -93,7 +102,8 @@ def grid_of(stat, engine) -> int | None:
     if not isinstance(mechanism, Grid):
         return None
     linf = float(stat.linf)
-    if not (math.isfinite(linf) and linf / mechanism.grid <= MAX_UNITS):
+    limit = MAX_UNITS if stat.bins is None else MAX_HISTOGRAM_UNITS
+    if not (math.isfinite(linf) and linf / mechanism.grid <= limit):
         return None
     return mechanism.k
 

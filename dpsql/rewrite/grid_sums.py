@@ -104,13 +104,17 @@ def _exact_partials(expression: exp.Select, by_column: dict) -> None:
 
 
 def _fine_units(summand: exp.Expression, stat) -> exp.Expression:
-    """``CAST(ROUND(CAST(summand AS DOUBLE) * 2^-j) AS BIGINT)`` clamped to ``±M``,
+    """``CAST(ROUND(CAST(summand AS DOUBLE) * 2^-j) AS BIGINT)`` (FLOOR for a histogram's
+    bin) clamped to ``±M``,
     ``M = floor(L∞ / 2^j)`` (:func:`fine_limit`), NULL kept NULL: one summand in whole
     units of the fine grid ``2^j``, at most ``L∞`` in value."""
     j = fine_exponent(stat.linf, stat.grid)
     scaled = exp.Mul(this=exp.Cast(this=summand.copy(), to=exp.DataType.build("DOUBLE")),
                      expression=power_of_two(-j))
-    units = exp.Cast(this=exp.Round(this=scaled), to=exp.DataType.build("BIGINT"))
+    # a histogram's bins are floored: rounded up one by one, they added up to more than
+    # the L1 bound L∞ (dpsql.grid_units); a sum's one summand is rounded to nearest
+    rounded = exp.Floor(this=scaled) if stat.bins is not None else exp.Round(this=scaled)
+    units = exp.Cast(this=rounded, to=exp.DataType.build("BIGINT"))
     limit = fine_limit(stat.linf, j)
     # a user's partial is COALESCEd to 0 (never NULL); a row's value may be NULL, which
     # the sum skips and a bare clamp would turn into -M

@@ -176,3 +176,40 @@ def test_release_units_adds_integer_noise_to_integer_units(monkeypatch):
                                                math.ldexp(float(2**53 + 1), -12)]
     top = GridLaplace(8192.0, 1000)
     assert top.release_units([1, 2**30]) == [2.0**1001, math.inf]
+
+
+@pytest.mark.slow
+def test_a_histograms_bins_add_up_to_at_most_its_bound(monkeypatch):
+    """MEDIAN over 2 bins with ``max_rows`` R = 2^25 − 1 and a grid of 2^24: one user of
+    2^25 rows (more than R, so each bin's weight is scaled to 2^24 − 1/2) and one of
+    2^24 rows (2^23 per bin, a tie of the grid). Rounded to nearest one by one, the
+    first user's bins added 2^25 fine units, more than R, and the release moved 4 grid
+    units where ``floor(R / g) + width = 3`` are counted (attack review). Floored, they
+    add at most R."""
+    seen = []
+    release_units = Grid.release_units
+
+    def spy(self, units):
+        seen.append([int(u) for u in units])
+        return release_units(self, units)
+
+    monkeypatch.setattr(Grid, "release_units", spy)
+    monkeypatch.setattr(DiscreteLaplace, "sample", _zero)
+    big = 2**25 - 1
+    catalog = {"tables": {"t": {"user_key": "pid", "max_rows": big, "columns": {
+        "pid": {"type": "int"}, "x": {"type": "int", "lower": 0, "upper": 1}}}}}
+    released = []
+    for with_a in (False, True):
+        con = duckdb.connect()
+        b = f"SELECT 2 AS pid, CAST(i % 2 AS INTEGER) AS x FROM range({2**24}) r(i)"
+        a = f"SELECT 1 AS pid, CAST(i % 2 AS INTEGER) AS x FROM range({2**25}) r(i)"
+        con.execute(f"CREATE VIEW t AS {a} UNION ALL {b}" if with_a else f"CREATE VIEW t AS {b}")
+        seen.clear()
+        with dpsql.connect(con, catalog=catalog, budget=(10, 0.5), ledger=":memory:") as conn:
+            stat = conn.explain("SELECT MEDIAN(x) FROM t", epsilon=2.0**-11 * 0.999).statistics[0]
+            conn.execute("SELECT MEDIAN(x) FROM t", epsilon=2.0**-11 * 0.999)
+        released.append(seen[0])
+    k = math.floor(math.log2(stat["scale"])) - 12
+    assert k == 24, stat
+    moved = sum(abs(x - y) for x, y in zip(*released, strict=True))
+    assert moved <= big // 2**k + 2, released
