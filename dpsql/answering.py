@@ -220,4 +220,31 @@ def settle_grids(plan, expression, schema, backend):
         statistic_types(plan, dict(schema), backend.reports_types)
     if not grids_agree(plan) or choose_grids(plan, traits):
         raise RuntimeError("a statistic's grid changed after its rewrite")
+    if backend.reports_types:
+        # the noise stage reads an exact integer total: an engine that typed the sum
+        # otherwise adds in floating point (dpsql.grid_units)
+        types = dict(schema)
+        for stat in plan.stats:
+            if stat.grid is None:
+                continue
+            for column in stat.columns:
+                t = types.get(column)
+                if not _whole_type(t):
+                    raise RuntimeError(f"gridded statistic {column} is typed {t}")
     return expression, schema
+
+
+def _whole_type(t: str | None) -> bool:
+    """An integer type, or a DECIMAL of scale 0 (Spark sums BIGINTs as DECIMAL(38, 0)).
+
+    >>> _whole_type("HUGEINT"), _whole_type("DECIMAL(38,0)"), _whole_type("DOUBLE")
+    (True, True, False)
+    """
+    if t is None:
+        return False
+    parsed = sqltypes.parse(t)
+    if parsed.array:
+        return False
+    if parsed.base in sqltypes.EXACT_INTEGER_NAMES:
+        return True
+    return parsed.base in sqltypes.DECIMAL_NAMES and t.replace(" ", "").endswith(",0)")

@@ -37,7 +37,7 @@ from dpsql.analyze.plan import Plan
 from dpsql.grid_units import fine_exponent, fine_limit
 from dpsql.rewrite.per_user_aggregate import PER_USER
 from dpsql.rewrite.traits import DEFAULT, EngineTraits
-from dpsql.sqlbuild import clamp, fine_sum, power_of_two
+from dpsql.sqlbuild import fine_sum, power_of_two
 
 
 def grid_sums(expression: exp.Select, plan: Plan,
@@ -116,7 +116,16 @@ def _fine_units(summand: exp.Expression, stat) -> exp.Expression:
     rounded = exp.Floor(this=scaled) if stat.bins is not None else exp.Round(this=scaled)
     units = exp.Cast(this=rounded, to=exp.DataType.build("BIGINT"))
     limit = fine_limit(stat.linf, j)
+    # M as an integer literal (M < 2^61): a float literal (sqlbuild.number writes whole
+    # values from 2^53 as float text) made the clamp, and so the sum, a DOUBLE one
+    # (attack review)
+    clamped = exp.Least(
+        this=exp.Greatest(this=units, expressions=[exp.Neg(this=exp.Literal.number(limit))],
+                          ignore_nulls=True),
+        expressions=[exp.Literal.number(limit)], ignore_nulls=True)
     # a user's partial is COALESCEd to 0 (never NULL); a row's value may be NULL, which
     # the sum skips and a bare clamp would turn into -M
-    partial = isinstance(summand, exp.Column) and summand.name in stat.columns
-    return clamp(units, -limit, limit, keep_null=not partial)
+    if isinstance(summand, exp.Column) and summand.name in stat.columns:
+        return clamped
+    missing = exp.Is(this=units.copy(), expression=exp.Null())
+    return exp.Case(ifs=[exp.If(this=missing, true=exp.Null())], default=clamped)

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpsql
-from dpsql.grid_units import fine_exponent
+from dpsql.grid_units import fine_exponent, fine_limit
 from dpsql.mechanisms.gaussian import DiscreteGaussian
 from dpsql.mechanisms.laplace import DiscreteLaplace, Grid
 from dpsql.noise import add_noise
@@ -213,3 +213,23 @@ def test_a_histograms_bins_add_up_to_at_most_its_bound(monkeypatch):
     assert k == 24, stat
     moved = sum(abs(x - y) for x, y in zip(*released, strict=True))
     assert moved <= big // 2**k + 2, released
+
+
+def test_a_fine_limit_above_2_to_53_keeps_the_sum_in_integers():
+    """At a large ε share the clamp bound M = floor(L∞ / 2^j) is above 2^53; written as
+    float text it made the clamp, and so the sum, a DOUBLE (attack review). M is an
+    integer literal, and the checks before the charge insist that a gridded sum comes
+    back as an integer type."""
+    catalog = {"tables": {"t": {"user_key": "pid", "max_rows": 1, "columns": {
+        "pid": {"type": "int"}, "x": {"type": "float", "lower": 0, "upper": 2**40}}}}}
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (pid INTEGER, x DOUBLE)")
+    con.execute("INSERT INTO t VALUES (1, 1.5), (2, 1099511627775.0)")
+    with dpsql.connect(con, catalog=catalog, budget=(1e10, 0.5), ledger=":memory:") as conn:
+        plan, expression, backend = prepare(conn, "SELECT SUM(x) FROM t", 1e9)
+        expression, _ = checked(conn, plan, expression, backend)
+        stat = plan.stats[0]
+        assert fine_limit(stat.linf, fine_exponent(stat.linf, stat.grid)) > 2**53
+        schema = dict(backend.check(expression))
+        assert schema[stat.name] == "HUGEINT", schema
+        assert conn.execute("SELECT SUM(x) FROM t", epsilon=1e9).rows
