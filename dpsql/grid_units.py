@@ -32,7 +32,9 @@ Why the privacy map is unchanged. Each summand ``p`` is one user's partial in on
   (:class:`dpsql.backends.sqlite.ExactSum`; a total beyond ``2^63``, which SQLite
   cannot hold, comes back as the nearest double), and fewer than ``2^48`` rows
   (:data:`dpsql.backends.total.MAX_ROWS`) of at most ``2^61`` units stay below
-  ``2^109``.
+  ``2^109``. ``M`` is written as an integer literal, and before the charge an engine
+  that reports types must have typed each gridded column as an integer (or a DECIMAL
+  of scale 0): :func:`dpsql.answering.settle_grids`.
 * So adding or removing one user changes a group's exact total ``T`` by its own ``u``,
   ``|u| <= M``, and the total rounded to ``g`` (``2^(k-j)`` fine units) moves by at
   most ``floor(M / 2^(k-j)) + 1 <= floor(L∞ / g) + 1`` grid units, the map's count,
