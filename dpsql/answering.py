@@ -247,4 +247,4 @@ def _whole_type(t: str | None) -> bool:
         return False
     if parsed.base in sqltypes.EXACT_INTEGER_NAMES:
         return True
-    return parsed.base in sqltypes.DECIMAL_NAMES and t.replace(" ", "").endswith(",0)")
+    return parsed.base in sqltypes.DECIMAL_NAMES and parsed.params[1:2] == ("0",)

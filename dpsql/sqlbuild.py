@@ -128,6 +128,17 @@ def power_of_two(e: int) -> exp.Literal:
     return exp.Literal.number(text)
 
 
+def scaled(value: exp.Expression, j: int) -> exp.Expression:
+    """``CAST(value AS DOUBLE) * 2^-j``: ``value`` in units of ``2^j`` (exact: a
+    scaling by a power of two), for :func:`fine_sum` and the grid sums.
+
+    >>> scaled(exp.column("x"), -3).sql()
+    'CAST(x AS DOUBLE) * 8.0e0'
+    """
+    return exp.Mul(this=exp.Cast(this=value.copy(), to=exp.DataType.build("DOUBLE")),
+                   expression=power_of_two(-j))
+
+
 def fine_sum(value: exp.Expression, j: int) -> exp.Expression:
     """``(CAST(SUM(CAST(CAST(value AS DOUBLE) * 2^-j AS BIGINT)) AS DOUBLE) * 2^j)``.
 
@@ -142,30 +153,31 @@ def fine_sum(value: exp.Expression, j: int) -> exp.Expression:
     >>> fine_sum(exp.column("x"), -3).sql()
     '(CAST(SUM(CAST(CAST(x AS DOUBLE) * 8.0e0 AS BIGINT)) AS DOUBLE) * 0.125e0)'
     """
-    scaled = exp.Mul(this=exp.Cast(this=value.copy(), to=exp.DataType.build("DOUBLE")),
-                     expression=power_of_two(-j))
-    units = exp.Sum(this=exp.Cast(this=scaled, to=exp.DataType.build("BIGINT")))
+    units = exp.Sum(this=exp.Cast(this=scaled(value, j), to=exp.DataType.build("BIGINT")))
     return exp.paren(exp.Mul(this=exp.Cast(this=units, to=exp.DataType.build("DOUBLE")),
                              expression=power_of_two(j)), copy=False)
 
 
 def clamp(
-    value: exp.Expression, lower: float, upper: float, keep_null: bool = False
+    value: exp.Expression, lower: float | exp.Expression, upper: float | exp.Expression,
+    keep_null: bool = False,
 ) -> exp.Expression:
     """``LEAST(GREATEST(value, lower), upper)``; NULL stays NULL when ``keep_null``.
 
     GREATEST and LEAST skip NULL arguments (DuckDB, PostgreSQL), so a NULL value would
     become ``lower``; where the value may be NULL and aggregates must ignore it,
-    ``keep_null`` guards the clamp with a CASE.
+    ``keep_null`` guards the clamp with a CASE. A bound is written by :func:`number`
+    unless it is given as an expression already.
 
     >>> clamp(exp.column("x"), 0, 10).sql()
     'LEAST(GREATEST(x, 0), 10)'
     >>> clamp(exp.column("x"), 0, 10, keep_null=True).sql()
     'CASE WHEN x IS NULL THEN NULL ELSE LEAST(GREATEST(x, 0), 10) END'
     """
+    low, high = (b if isinstance(b, exp.Expression) else number(b) for b in (lower, upper))
     clamped = exp.Least(
-        this=exp.Greatest(this=value, expressions=[number(lower)], ignore_nulls=True),
-        expressions=[number(upper)],
+        this=exp.Greatest(this=value, expressions=[low], ignore_nulls=True),
+        expressions=[high],
         ignore_nulls=True,
     )
     if not keep_null:

@@ -15,6 +15,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
+from dpsql import types as sqltypes
 from dpsql.backends import postgres_dialect, total
 
 #: Type OIDs → the names the allow-list speaks (NUMERIC is unbounded: no precision).
@@ -39,13 +40,8 @@ def _pg_record_hash(node: exp.Expression, types) -> bool:
     if not isinstance(row, exp.Tuple):
         return False
     hashable = set(PG_TYPES.values())
-    return all(isinstance(v, exp.Literal) or _base(types(v)) in hashable
+    return all(isinstance(v, exp.Literal) or sqltypes.base_name(types(v)) in hashable
                for v in row.expressions)
-
-
-def _base(t: str | None) -> str | None:
-    """``NUMERIC(10,2)`` → ``NUMERIC``; other names as they are."""
-    return t.split("(")[0] if t else t
 
 
 def _is_numeric(t: str | None) -> bool:

@@ -37,7 +37,7 @@ from dpsql.analyze.plan import Plan
 from dpsql.grid_units import fine_exponent, fine_limit
 from dpsql.rewrite.per_user_aggregate import PER_USER
 from dpsql.rewrite.traits import DEFAULT, EngineTraits
-from dpsql.sqlbuild import fine_sum, power_of_two
+from dpsql.sqlbuild import clamp, fine_sum, scaled
 
 
 def grid_sums(expression: exp.Select, plan: Plan,
@@ -109,23 +109,16 @@ def _fine_units(summand: exp.Expression, stat) -> exp.Expression:
     ``M = floor(L∞ / 2^j)`` (:func:`fine_limit`), NULL kept NULL: one summand in whole
     units of the fine grid ``2^j``, at most ``L∞`` in value."""
     j = fine_exponent(stat.linf, stat.grid)
-    scaled = exp.Mul(this=exp.Cast(this=summand.copy(), to=exp.DataType.build("DOUBLE")),
-                     expression=power_of_two(-j))
+    fine = scaled(summand, j)
     # a histogram's bins are floored: rounded up one by one, they added up to more than
     # the L1 bound L∞ (dpsql.grid_units); a sum's one summand is rounded to nearest
-    rounded = exp.Floor(this=scaled) if stat.bins is not None else exp.Round(this=scaled)
+    rounded = exp.Floor(this=fine) if stat.bins is not None else exp.Round(this=fine)
     units = exp.Cast(this=rounded, to=exp.DataType.build("BIGINT"))
-    limit = fine_limit(stat.linf, j)
     # M as an integer literal (M < 2^61): a float literal (sqlbuild.number writes whole
     # values from 2^53 as float text) made the clamp, and so the sum, a DOUBLE one
     # (attack review)
-    clamped = exp.Least(
-        this=exp.Greatest(this=units, expressions=[exp.Neg(this=exp.Literal.number(limit))],
-                          ignore_nulls=True),
-        expressions=[exp.Literal.number(limit)], ignore_nulls=True)
+    limit = exp.Literal.number(fine_limit(stat.linf, j))
     # a user's partial is COALESCEd to 0 (never NULL); a row's value may be NULL, which
     # the sum skips and a bare clamp would turn into -M
-    if isinstance(summand, exp.Column) and summand.name in stat.columns:
-        return clamped
-    missing = exp.Is(this=units.copy(), expression=exp.Null())
-    return exp.Case(ifs=[exp.If(this=missing, true=exp.Null())], default=clamped)
+    partial = isinstance(summand, exp.Column) and summand.name in stat.columns
+    return clamp(units, exp.Neg(this=limit.copy()), limit, keep_null=not partial)
