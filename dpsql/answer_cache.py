@@ -121,7 +121,10 @@ class AnswerCache:
         """
         if key is None or not self.enabled:
             return None
-        with self._ledger.side_table() as (db, prefix, mac):
+        # an answer still queued with its outcome is written first; any other key is
+        # not among the queued ones, so the read need not wait for them
+        with self._ledger.side_table(settle=self._ledger.queued_answer(key.__eq__)) as (
+                db, prefix, mac):
             row = db.execute(f"SELECT answer, mac FROM {prefix}answers WHERE dataset = ? "
                              "AND analyst = ? AND key = ?", (dataset, analyst, key)).fetchone()
         if row is None:
@@ -148,7 +151,8 @@ class AnswerCache:
         """
         if frame is None or not self.enabled:
             return []
-        with self._ledger.side_table() as (db, prefix, mac):
+        settle = self._ledger.queued_answer(lambda k: k.startswith(frame + ":"))
+        with self._ledger.side_table(settle=settle) as (db, prefix, mac):
             # the pattern as a parameter (psycopg); a frame key is hex after the prefix,
             # so it holds no '%' nor '_'
             rows = db.execute(
@@ -203,6 +207,7 @@ class AnswerCache:
                             datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                             mac("answer", dataset, analyst, k, answer)))
 
+        store.keys = tuple(k for k, _ in entries)  # type: ignore[attr-defined]
         return store
 
     def clear(self, dataset: str | None = None, analyst: str | None = None) -> int:

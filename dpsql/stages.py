@@ -12,7 +12,7 @@ add up to the whole call. Stage names, in the order ``execute`` runs them:
 * ``rewrite``: the rewrite passes;
 * ``to_sql``: the backend's SQL with its totality probes and output checks, the bind
   (``DESCRIBE``-like) check and the post-processing check;
-* ``ledger``: the budget pre-check, the charge and its outcome (durable commits);
+* ``ledger``: the budget pre-check, the charge (one durable commit) and queueing its outcome;
 * ``backend``: the backend running the SQL (not the engine's own time);
 * ``noise``: reading keys, noise, post-processing, building the Result, storing it in
   the answer cache.

@@ -165,6 +165,7 @@ def test_clear(pums_file, tmp_path):
 def test_a_tampered_entry_is_refused(pums_file, tmp_path):
     conn = _conn(pums_file, tmp_path)
     conn.execute(QUERY, epsilon=0.5)
+    ledger_of(conn).settle()  # its outcome and answer are written (dpsql.ledger.outcomes)
     raw = sqlite3.connect(tmp_path / "ledger.sqlite")
     raw.execute("UPDATE answers SET answer = replace(answer, '\"sex\"', '\"sex \"')")
     raw.commit()
@@ -550,6 +551,7 @@ def test_avg_cells_at_the_edges():
 def test_pointers_are_not_answers_and_are_checked(pums_file, tmp_path):
     conn = _conn(pums_file, tmp_path)
     conn.execute(SUMS, epsilon=0.5)
+    ledger_of(conn).settle()
     with sqlite3.connect(tmp_path / "ledger.sqlite") as db:
         keys = [k for (k,) in db.execute("SELECT key FROM answers")]
         assert sum(k.startswith("core:frame:") for k in keys) == 1 and len(keys) == 3

@@ -79,6 +79,37 @@ def test_bounded_int_domain_is_exact_whatever_the_data(tmp_path):
     conn.close()
 
 
+def test_grouped_once_the_domain_is_tested_on_the_groups(tmp_path):
+    """A unique user key (no per-user step): the domain filter tests the final groups
+    (HAVING, dpsql.rewrite.restrict_domains) and keeps exactly the rows WHERE kept:
+    values outside the domain, NULL and near-spellings count nowhere."""
+    path = tmp_path / "t.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE t (uid INTEGER PRIMARY KEY, seg VARCHAR, age INTEGER, "
+                "v DOUBLE)")
+    con.execute("INSERT INTO t VALUES (1, 'a', 0, 1), (2, 'b', 2, 2), (3, 'a ', 3, 4), "
+                "(4, 'A', 5, 8), (5, NULL, -1, 16), (6, 'b', NULL, 32), (7, 'c', 3, 64), "
+                "(8, 'a', 1, 128)")
+    con.close()
+    catalog = {"tables": {"t": {"user_key": "uid", "columns": {
+        "uid": "int", "seg": {"type": "string", "values": ["a", "b"]},
+        "age": {"type": "int", "lower": 0, "upper": 3},
+        "v": {"type": "float", "lower": 0, "upper": 200}}}}}
+    conn = dpsql.connect(path, catalog=catalog, budget=(100, 1e-3), ledger=":memory:")
+    sql = conn.explain("SELECT seg, COUNT(*) FROM t GROUP BY seg", epsilon=1.0).sql
+    assert "__per_user" not in sql and "HAVING seg IN ('a', 'b')" in sql, sql
+    counts, _ = exact(conn, "SELECT seg, COUNT(*) FROM t GROUP BY seg")
+    assert counts == {("a",): 2, ("b",): 2}
+    sums, _ = exact(conn, "SELECT seg, SUM(v) FROM t GROUP BY seg")
+    assert sums == {("a",): 129, ("b",): 34}
+    counts, _ = exact(conn, "SELECT age, COUNT(*) FROM t GROUP BY age")
+    assert counts == {(0,): 1, (1,): 1, (2,): 1, (3,): 2}
+    counts, _ = exact(conn, "SELECT seg, age, COUNT(*) FROM t GROUP BY seg, age")
+    assert counts == {("a", 0): 1, ("a", 1): 1, ("a", 2): 0, ("a", 3): 0, ("b", 0): 0,
+                      ("b", 1): 0, ("b", 2): 1, ("b", 3): 0}
+    conn.close()
+
+
 def test_neighbour_with_keys_outside_the_bounds_changes_no_key():
     """D′ adds a user with ages outside the bounds and in them: the released keys are
     the same on D and D′ and each statistic moves within its sensitivity."""

@@ -591,23 +591,35 @@ def test_a_lock_held_past_the_owners_timeout_is_a_ledger_error(tmp_path, db, mon
 def test_a_failed_outcome_write_keeps_the_charge_and_tells_the_owner(tmp_path, db, caplog,
                                                                       monkeypatch):
     conn = dpsql.connect(db, catalog=catalog(), ledger=tmp_path / "l.sqlite")
-    real_finish = Ledger.finish
+    led = ledger_of(conn)
+    res = conn.execute(COUNT, epsilon=1.0)  # its outcome is queued
+    assert res.rows
+    real_tx = Ledger._tx
 
-    def failing_tx(self, write=True):
+    def failing_tx(self, write=True, settle=True):
         raise LedgerError("disk full (injected)")
 
-    def finish(self, *args, **kwargs):  # the outcome write fails, nothing else
-        with monkeypatch.context() as m:
-            m.setattr(Ledger, "_tx", failing_tx)
-            return real_finish(self, *args, **kwargs)
-
-    monkeypatch.setattr(Ledger, "finish", finish)
+    monkeypatch.setattr(Ledger, "_tx", failing_tx)
     with caplog.at_level(logging.ERROR, logger="dpsql.owner"):
-        res = conn.execute(COUNT, epsilon=1.0)
-    assert res.rows
+        led.settle()  # the settling transaction fails: the outcome stays queued
     assert "could not be recorded" in caplog.text and "disk full (injected)" in caplog.text
+    monkeypatch.setattr(Ledger, "_tx", real_tx)
     assert conn.budget.spent == (1.0, 0.0)
-    assert ledger_of(conn).log()[0]["outcome"] == "charged"
+    assert led.log()[0]["outcome"] == "answered"  # written once the ledger can be
+
+    # one outcome that cannot be written is dropped and logged; the charges go on
+    caplog.clear()
+    eid = led.charge("pums", "default", Cost(0.5), "SELECT 1")
+
+    def broken_store(db, prefix, mac):
+        raise sqlite3.OperationalError("database or disk is full (injected)")
+
+    led.finish(eid, "answered", also=broken_store)
+    with caplog.at_level(logging.ERROR, logger="dpsql.owner"):
+        conn.execute(COUNT, epsilon=1.0)  # its charge carries the broken outcome
+    assert "could not be recorded" in caplog.text and "injected" in caplog.text
+    assert [e["outcome"] for e in led.log()] == ["answered", "charged", "answered"]
+    assert led.spent("pums").basic == (2.5, 0.0)
     conn.close()
 
 

@@ -1,10 +1,12 @@
-"""A query's transactions in the ledger: one charge under the lock, then its outcome
-without it (:mod:`dpsql.ledger.charging`), and the early refusal by the charge's rule."""
+"""A query's transactions in the ledger: one durable charge under the lock, its outcome
+carried by the next write or settled without the lock (:mod:`dpsql.ledger.charging`,
+:mod:`dpsql.ledger.outcomes`), and the early refusal by the charge's rule."""
 
 from __future__ import annotations
 
 import logging
 import shutil
+import time
 import uuid
 
 import pytest
@@ -13,7 +15,7 @@ import dpsql
 from dpsql.accounting import Cost
 from dpsql.datasets import load_pums
 from dpsql.errors import BudgetExhaustedError
-from dpsql.ledger import Ledger, Running
+from dpsql.ledger import Ledger, Running, outcomes
 from tests.support import NO_POSTGRES, PG_ADMIN_URL, ledger_of
 
 COUNT = "SELECT COUNT(*) FROM pums"
@@ -42,19 +44,50 @@ def _record_writes(led: Ledger) -> list[bool]:
     return calls
 
 
-def test_a_query_is_one_locked_charge_then_its_outcome_without_the_lock(db, tmp_path):
+def _outcomes(path) -> dict[int, str]:
+    """Each entry's outcome as another connection reads the file."""
+    other = Ledger(path, readonly=True)
+    try:
+        return {e["id"]: e["outcome"] for e in other.log()}
+    finally:
+        other.close()
+
+
+def test_a_query_is_one_durable_commit_its_outcome_rides_the_next(db, tmp_path,
+                                                                   monkeypatch):
+    monkeypatch.setattr(outcomes, "SETTLE_AFTER", 60.0)  # no flusher in this test
+    path = tmp_path / "l.sqlite"
+    with dpsql.connect(db, catalog=CATALOG, ledger=path, analyst="a") as conn:
+        led = ledger_of(conn)
+        writes = _record_writes(led)
+        first = conn.execute(COUNT, epsilon=0.5)
+        assert writes == [True], writes  # the charge only
+        assert _outcomes(path) == {1: "charged"}
+        for _ in range(3):  # the later askings come from the plan cache
+            conn.execute(COUNT, epsilon=0.5)
+        assert writes == [True] * 4, writes  # each charge carried the outcome before it
+        assert _outcomes(path) == {1: "answered", 2: "answered", 3: "answered",
+                                   4: "charged"}
+        # a read of outcomes on this connection sees its own first
+        assert [e["outcome"] for e in led.log()] == ["answered"] * 4
+        assert writes == [True] * 4 + [False], writes  # written without the lock
+        assert first.cost != (0.0, 0.0)
+        conn.execute(COUNT, epsilon=0.5)
+    assert _outcomes(path)[5] == "answered"  # close settles
+    assert Ledger(path).verify()["charges"] == 5
+
+
+def test_an_outcome_is_settled_soon_without_a_next_charge(db, tmp_path, monkeypatch):
+    monkeypatch.setattr(outcomes, "SETTLE_AFTER", 0.05)
     path = tmp_path / "l.sqlite"
     with dpsql.connect(db, catalog=CATALOG, ledger=path, analyst="a") as conn:
         writes = _record_writes(ledger_of(conn))
-        for _ in range(2):  # the second asking comes from the plan cache
-            conn.execute(COUNT, epsilon=0.5)
-            assert writes == [True, False], writes
-            # committed when the call returns: another connection reads it
-            other = Ledger(path, readonly=True)
-            assert other.log()[0]["outcome"] == "answered"
-            other.close()
-            writes.clear()
-    assert Ledger(path).verify()["charges"] == 2
+        conn.execute(COUNT, epsilon=0.5)
+        deadline = time.monotonic() + 10
+        while _outcomes(path)[1] != "answered" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _outcomes(path) == {1: "answered"}
+        assert writes == [True, False], writes  # the flusher's, without the charge lock
 
 
 def test_an_outcome_lands_only_on_the_entry_its_connection_committed(tmp_path, caplog):
@@ -71,12 +104,13 @@ def test_an_outcome_lands_only_on_the_entry_its_connection_committed(tmp_path, c
     assert b.charge("d", "bob", Cost(2.0), "SELECT 2") == eid
     with caplog.at_level(logging.ERROR, logger="dpsql.owner"):
         a.finish(eid, "answered")
+        a.settle()
     assert "could not be recorded" in caplog.text
     assert [(e["id"], e["analyst"], e["outcome"]) for e in b.log()] == \
         [(eid, "bob", "charged")]
     b.verify()
     b.finish(eid, "answered")
-    assert b.log()[0]["outcome"] == "answered"
+    assert b.log()[0]["outcome"] == "answered"  # a read of the log settles first
     a.close()
     b.close()
 
@@ -126,6 +160,7 @@ def test_postgresql_outcome_does_not_wait_for_a_charger(pg_ledger, caplog):
         charger.execute(f'SELECT value FROM "{schema}".meta WHERE key = \'id\' FOR UPDATE')
         with caplog.at_level(logging.ERROR, logger="dpsql.owner"):
             led.finish(eid, "answered")
+            led.settle()
         assert "could not be recorded" not in caplog.text
         charger.rollback()
     assert led.log()[0]["outcome"] == "answered"
@@ -149,3 +184,24 @@ def test_a_connections_cap_is_a_running_total(tmp_path):
         summed = summed.plus(cost)
     assert cap[1].spent == summed
     assert led.view("d", "a", cap).refusal(Cost(500.0)) is not None
+
+
+def test_a_process_that_exits_without_closing_settles_its_outcomes(db, tmp_path):
+    """The interpreter's exit writes the queued outcome (dpsql.ledger.outcomes)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    path = tmp_path / "l.sqlite"
+    script = textwrap.dedent(f"""
+        import dpsql
+        from dpsql.ledger import outcomes
+        outcomes.SETTLE_AFTER = 600.0  # only the exit can write it
+        conn = dpsql.connect({str(db)!r}, catalog={CATALOG!r}, ledger={str(path)!r},
+                             analyst="a")
+        print(conn.execute({COUNT!r}, epsilon=0.5).rows[0][0] is not None)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
+    assert _outcomes(path) == {1: "answered"}

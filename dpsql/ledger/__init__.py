@@ -61,7 +61,11 @@ rules:
   lose an uncommitted one, for which no data was read). A killed process never leaves a
   half-written charge. A new ledger file is made with mode 0600 (it holds every
   analyst's SQL; SQLite gives its journal the same mode). A read-only open never falls
-  back to ``immutable=1`` (which would ignore a journal and show a stale spend).
+  back to ``immutable=1`` (which would ignore a journal and show a stale spend). A
+  query's outcome (and its cached answer) is not part of that commit: it waits for the
+  connection's next write, at most :data:`~dpsql.ledger.outcomes.SETTLE_AFTER` seconds
+  (:mod:`dpsql.ledger.outcomes`), so one durable commit a query is the charge's; a crash
+  in that window leaves the charge ``charged`` (outcome unknown), never uncharged.
 
 **What a ledger cannot detect on its own.** Without the owner's key, anyone who can
 write the file can rewrite it consistently, head included (the chain then only catches
@@ -112,6 +116,7 @@ the owner's environment), :mod:`~dpsql.ledger.values` (numbers and names accepte
 :mod:`~dpsql.ledger.core` (opening, transactions), :mod:`~dpsql.ledger.chain` (tamper
 evidence and verification), :mod:`~dpsql.ledger.budgets` (budgets and bindings),
 :mod:`~dpsql.ledger.charging` (admission, charges, refusals, outcomes),
+:mod:`~dpsql.ledger.outcomes` (outcomes queued for the next write),
 :mod:`~dpsql.ledger.reports` (reading, :class:`BudgetView`) and
 :mod:`~dpsql.ledger.pins`. :class:`Ledger` puts the parts together.
 """

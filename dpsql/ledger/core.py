@@ -20,10 +20,20 @@ from pathlib import Path
 from typing import Any
 
 from dpsql.errors import LedgerError
-from dpsql.ledger.records import _Mac
+from dpsql.ledger.outcomes import Pending, register, unregister
+from dpsql.ledger.records import _Mac, _storable
 from dpsql.ledger.schema import _init_meta, _Schema
-from dpsql.ledger.settings import FORMAT, KEY_ENV, REFUSAL_CAP, VERSION, _owner_key, _timeout
+from dpsql.ledger.settings import (
+    FORMAT,
+    KEY_ENV,
+    REFUSAL_CAP,
+    VERSION,
+    _log,
+    _owner_key,
+    _timeout,
+)
 from dpsql.ledger.stores import _ledger_error, _Postgres, _SQLite
+from dpsql.text import escape
 
 #: :meth:`LedgerBase._tx`'s mode for the write of one charge's outcome.
 OUTCOME = "outcome"
@@ -39,9 +49,9 @@ class LedgerBase:
         self._seen = -1  # the newest head (its seq) this connection has seen committed
         self._head: dict = {}
         self._head_dirty = False
-        # the hash of each charge this connection committed whose outcome is not yet
-        # written (the outcome names its entry by it); a few, bounded
-        self._open_charges: dict[int, str] = {}
+        # outcomes waiting for a transaction, and the hashes of this connection's recent
+        # charges, which their outcomes name their entries by (dpsql.ledger.outcomes)
+        self._pending = Pending()
         self.refusal_cap = refusal_cap
         timeout = _timeout() if timeout is None else timeout
         self._timeout = timeout
@@ -57,6 +67,8 @@ class LedgerBase:
         except BaseException:
             self._s.close()
             raise
+        if not readonly:
+            register(self)
 
     # -- opening ------------------------------------------------------------------------
 
@@ -115,16 +127,23 @@ class LedgerBase:
     # -- transactions -------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _tx(self, write: bool | str = True):
+    def _tx(self, write: bool | str = True, settle: bool = True):
         """One transaction under the connection's lock; database errors as LedgerError.
 
         Args:
             write: True, a write under the ledger's lock (on PostgreSQL the row lock that
                 serialises chargers), after checking that the file is still the one
                 opened and carries the ledger's id; False, a read; :data:`OUTCOME`, the
-                write of one charge's outcome: no charge lock and no head record (see
-                :meth:`dpsql.ledger.charging.Charging.finish` for why it needs neither).
+                write of queued outcomes only: no charge lock and no head record (see
+                :mod:`dpsql.ledger.charging` for why they need neither).
                 Every transaction but an outcome's checks the head record first.
+            settle: for a read, whether it waits for this connection's queued outcomes
+                to be written first (:mod:`dpsql.ledger.outcomes`); False only for reads
+                of budgets and running totals, which outcomes never change.
+
+        Every write carries the queued outcomes (each under a savepoint of its own:
+        one that cannot be written is logged and dropped, never the transaction's
+        failure); when the transaction does not commit, they stay queued.
 
         A KeyboardInterrupt can land between any two steps here (the analyst's Ctrl-C in
         the shell). A transaction left open would keep the ledger locked for every
@@ -134,7 +153,10 @@ class LedgerBase:
         """
         s = self._s
         outcome = write == OUTCOME
+        if not write and settle and self._pending:
+            self.settle()
         with self._lock:
+            taken: list = []
             try:
                 try:
                     if write:
@@ -143,10 +165,14 @@ class LedgerBase:
                         s.begin_read()
                     if not outcome:
                         self._load_head()
+                    if write:
+                        taken = self._pending.take()
+                        self._write_outcomes(s, taken, full=not outcome)
                     yield s
                     if self._head_dirty and not outcome:
                         self._write_head(s)
                     s.execute("COMMIT")
+                    taken = []
                     if not outcome:
                         self._seen = self._head["seq"]
                 except s.errors() as exc:
@@ -157,7 +183,76 @@ class LedgerBase:
                         s.execute("ROLLBACK")
                 except s.errors():
                     pass
+                self._pending.give_back(taken)
                 raise
+
+    def _write_outcomes(self, s, items: list, full: bool) -> None:
+        """Writes queued outcomes in the current transaction, each under a savepoint.
+
+        An outcome names its entry by id *and* by the hash this connection committed,
+        so on a ledger replaced or rewound under the connection it matches no row and
+        is not written (keyed, the hash cannot be forged); one whose hash this
+        connection no longer remembers is looked up, and only under the full checks
+        (``full``; otherwise it goes back in the queue).
+        """
+        later = []
+        for item in items:
+            if item.entry_hash is None and not full:
+                later.append(item)
+                continue
+            s.execute("SAVEPOINT dpsql_outcome")
+            try:
+                if item.also is not None:
+                    item.also(s, self._p, self._mac)
+                entry_hash = item.entry_hash or self._charge_hash(s, item.charge_id)
+                detail = None if item.detail is None else _storable(item.detail[:1000])
+                written = s.execute(
+                    f"UPDATE {self._p}entries SET outcome = ?, detail = ?, omac = ? "
+                    "WHERE id = ? AND hash = ? AND kind = 'charge'",
+                    (item.outcome, detail, self._mac("outcome", item.charge_id, entry_hash,
+                                                     item.outcome, detail),
+                     item.charge_id, entry_hash)).rowcount
+                if written != 1:
+                    raise LedgerError(f"ledger {self.path!r}: charge {item.charge_id} is "
+                                      "missing")
+                s.execute("RELEASE SAVEPOINT dpsql_outcome")
+            except Exception as exc:  # noqa: BLE001 - one outcome never blocks a charge
+                # (kept queued, an outcome that always fails would refuse every charge)
+                s.execute("ROLLBACK TO SAVEPOINT dpsql_outcome")
+                s.execute("RELEASE SAVEPOINT dpsql_outcome")
+                if isinstance(exc, LedgerError):
+                    text = str(exc)
+                elif isinstance(exc, s.errors()):
+                    text = str(_ledger_error(exc, self.path, "record", self._timeout))
+                else:
+                    text = type(exc).__name__
+                _log.error("ledger %s: charge %d is kept, but its outcome %r could not be "
+                           "recorded: %s", escape(self.path), item.charge_id, item.outcome,
+                           escape(text))
+        self._pending.give_back(later)
+
+    def _charge_hash(self, db, charge_id: int) -> str:
+        row = db.execute(f"SELECT hash, kind FROM {self._p}entries WHERE id = ?",
+                         (charge_id,)).fetchone()
+        if row is None or row[1] != "charge":
+            raise LedgerError(f"ledger {self.path!r}: charge {charge_id} is missing")
+        return row[0]
+
+    def settle(self) -> None:
+        """Writes this connection's queued outcomes now, in one short transaction
+        (without the charge lock when every one names its entry by a remembered hash).
+
+        Never raises for the ledger's own trouble: the charges are kept either way, and
+        what could not be written goes to the owner's log (and stays queued).
+        """
+        if not self._pending or self._s.readonly:
+            return
+        try:
+            with self._tx(OUTCOME if self._pending.all_remembered() else True):
+                pass
+        except LedgerError as exc:
+            _log.error("ledger %s: outcomes could not be recorded now (they stay queued): "
+                       "%s", escape(self.path), escape(str(exc)))
 
     def _begin_write(self, lock: bool) -> None:
         """Begins a write; with ``lock``, takes the charge lock and checks, inside the
@@ -175,12 +270,22 @@ class LedgerBase:
                               "opened; refusing to charge")
 
     @contextlib.contextmanager
-    def side_table(self, write: bool = False):
+    def side_table(self, write: bool = False, settle: bool = True):
         """One transaction, under this ledger's checks and locks, for a module that keeps
         its own table in the ledger (:mod:`dpsql.answer_cache`); yields ``(db, prefix,
-        mac)``. Its database errors are :class:`~dpsql.errors.LedgerError`."""
-        with self._tx(write) as db:
+        mac)``. Its database errors are :class:`~dpsql.errors.LedgerError`.
+
+        Args:
+            settle: for a read, whether the queued outcomes (and the answers they store)
+                are written first; False only when none of them can be what it reads
+                (:meth:`queued_answer`).
+        """
+        with self._tx(write, settle=settle) as db:
             yield db, self._p, self._mac
+
+    def queued_answer(self, wanted) -> bool:
+        """Whether a queued outcome stores an answer under a key ``wanted(key)`` accepts."""
+        return self._pending.stores(wanted)
 
     @property
     def kind(self) -> str:
@@ -192,5 +297,8 @@ class LedgerBase:
         return self._s.readonly
 
     def close(self) -> None:
+        self._pending.stop()
+        self.settle()
+        unregister(self)
         with self._lock:
             self._s.close()

@@ -2,7 +2,9 @@
 as a :class:`BudgetView` (a mixin of :class:`dpsql.ledger.Ledger`).
 
 Every read is one read transaction under the head record's checks
-(:meth:`dpsql.ledger.core.LedgerBase._tx`); nothing here writes.
+(:meth:`dpsql.ledger.core.LedgerBase._tx`); nothing here writes, but a read that shows
+outcomes first lets this connection's queued ones be written
+(:mod:`dpsql.ledger.outcomes`); the budget's numbers do not wait for them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ class Reports:
     :class:`dpsql.ledger.Ledger`)."""
 
     def spent(self, dataset: str, analyst: str | None = None) -> Spent:
-        with self._tx(write=False) as db:
+        with self._tx(write=False, settle=False) as db:  # totals: the charges wrote them
             return self._spent(db, dataset, ALL if analyst is None else analyst)
 
     def view(self, dataset: str, analyst: str, cap=None) -> BudgetView:
@@ -64,7 +66,7 @@ class BudgetView:
     def _limits(self) -> tuple[str, list[tuple[tuple[float, float], Spent]]]:
         out = []
         led = self.ledger
-        with led._tx(write=False) as db:
+        with led._tx(write=False, settle=False) as db:
             base = led._budget_row(db, self.dataset, ALL)
             accountant = base[1] if base else "basic"
             if base is not None:
@@ -83,7 +85,7 @@ class BudgetView:
         (:meth:`~dpsql.ledger.charging.Charging._admission`); :meth:`Ledger.charge`
         decides, atomically."""
         led = self.ledger
-        with led._tx(write=False) as db:
+        with led._tx(write=False, settle=False) as db:
             if led._budget_row(db, self.dataset, ALL) is None:
                 return None  # no total yet: the charge refuses it, and logs why
             return led._admission(db, self.dataset, self.analyst, cost, self._cap)
