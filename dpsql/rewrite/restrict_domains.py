@@ -25,8 +25,7 @@ the domain's 0.1), so one added user could replace a cell's statistics. The filt
 makes the engine's own ``=`` decide, before any row reaches Python.
 
 **Where the filter goes.** In WHERE by default. Where the rows are joined
-(``FROM a JOIN b``), or grouped only once (no per-user step: each user has one row),
-and the key is a plain column of a private table whose domain holds
+(``FROM a JOIN b``) and the key is a plain column of a private table whose domain holds
 only whole numbers, strings, booleans and dates, it goes in HAVING instead, as a test
 of the group's key (the per-user step folds it into its own HAVING,
 :mod:`dpsql.rewrite.per_user_aggregate`):
@@ -129,25 +128,19 @@ _EXACT = (int, bool, str, datetime.date)
 
 
 def _after_grouping(expression: exp.Select, key, plan: Plan) -> bool:
-    """Whether the key's filter goes in HAVING: joined rows or a query grouped once (no
-    per-user step), exact values, and a plain column of a private catalog table.
+    """Whether the key's filter goes in HAVING: joined rows, exact values, and a plain
+    column of a private catalog table.
 
     A public table's column keeps WHERE: such tables are small (TPC-H's nation has 25
     rows), filtering them before the join costs nothing, and the estimate it changes is
     of the side already chosen to build on (q10 at sf 1: 1.02x its floor with the filter
     in WHERE, 1.10x in HAVING, where every (user, nation) group tests it).
     """
-    # one grouping (no per-user step): HAVING tests a handful of final groups instead of
-    # every row (segment_balance at sf 1: the filter in WHERE was 0.7 ms of 3.4)
-    once = plan.uid is None or plan.one_row_per_user
-    if not (expression.args.get("joins") or once) or not isinstance(key.expr, exp.Column) \
+    if not expression.args.get("joins") or not isinstance(key.expr, exp.Column) \
             or not all(type(v) in _EXACT for v in key.domain if v is not None) \
             or not _whole(key, plan):  # a float or timestamp column keeps WHERE
         return False
-    sources = list(plan.scope.sources)
-    source = next((s for s in sources if s.alias == key.expr.table), None)
-    if source is None and not key.expr.table and len(sources) == 1:
-        source = sources[0]  # one table: its columns need no qualifier
+    source = next((s for s in plan.scope.sources if s.alias == key.expr.table), None)
     return source is not None and source.derived is None and source.inner is None \
         and not source.table.public
 
