@@ -107,6 +107,15 @@ def test_a_unique_user_key_keeps_exactly_the_domains_rows(tmp_path):
     assert counts == {("a", 0): 1, ("a", 1): 1, ("a", 2): 0, ("a", 3): 0, ("b", 0): 0,
                       ("b", 1): 0, ("b", 2): 1, ("b", 3): 0}
     conn.close()
+    # five values and NULL: written as short IN lists joined by OR, the same rows
+    catalog["tables"]["t"]["columns"]["seg"] = {
+        "type": "string", "values": ["a", "b", "A", "x", "y"], "nullable": True}
+    conn = dpsql.connect(path, catalog=catalog, budget=(100, 1e-3), ledger=":memory:")
+    sql = conn.explain("SELECT seg, COUNT(*) FROM t GROUP BY seg", epsilon=1.0).sql
+    assert "seg IN ('a', 'b', 'A', 'x') OR seg IN ('y') OR seg IS NULL" in sql, sql
+    counts, _ = exact(conn, "SELECT seg, COUNT(*) FROM t GROUP BY seg")
+    assert counts == {("a",): 2, ("b",): 2, ("A",): 1, ("x",): 0, ("y",): 0, (None,): 1}
+    conn.close()
 
 
 def test_neighbour_with_keys_outside_the_bounds_changes_no_key():
