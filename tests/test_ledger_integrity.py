@@ -620,6 +620,25 @@ def test_a_failed_outcome_write_keeps_the_charge_and_tells_the_owner(tmp_path, d
     assert "could not be recorded" in caplog.text and "injected" in caplog.text
     assert [e["outcome"] for e in led.log()] == ["answered", "charged", "answered"]
     assert led.spent("pums").basic == (2.5, 0.0)
+
+    # one whose error ends the whole transaction (SQLite rolls it back on a full disk or
+    # an I/O error): it is dropped, the transaction begins again and writes the others
+    caplog.clear()
+    ids = [led.charge("pums", "default", Cost(0.25), f"SELECT {i}") for i in range(3)]
+
+    def disk_full(db, prefix, mac):
+        db.execute("ROLLBACK")  # as SQLite does on SQLITE_FULL
+        raise sqlite3.OperationalError("database or disk is full (injected)")
+
+    for eid, also in zip(ids, [None, disk_full, None], strict=True):
+        led.finish(eid, "answered", also=also)
+    with caplog.at_level(logging.ERROR, logger="dpsql.owner"):
+        assert conn.execute(COUNT, epsilon=1.0).rows  # its charge is not refused
+    assert caplog.text.count("could not be recorded") == 1
+    assert [e["outcome"] for e in led.log()][:4] == ["answered", "answered", "charged",
+                                                      "answered"]
+    assert led.spent("pums").basic == (4.25, 0.0)
+    led.verify()
     conn.close()
 
 

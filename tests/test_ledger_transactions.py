@@ -205,3 +205,64 @@ def test_a_process_that_exits_without_closing_settles_its_outcomes(db, tmp_path)
                          timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr
     assert _outcomes(path) == {1: "answered"}
+
+
+def test_a_connection_dropped_unclosed_still_writes_its_outcome(db, tmp_path):
+    """The flusher holds the ledger while outcomes are queued (dpsql.ledger.outcomes)."""
+    import gc
+
+    path = tmp_path / "l.sqlite"
+
+    def ask():  # a helper that opens, asks and returns, never closing
+        conn = dpsql.connect(db, catalog=CATALOG, ledger=path, analyst="a",
+                             answer_cache=True)
+        return conn.execute(COUNT, epsilon=0.5)
+
+    first = ask()
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while _outcomes(path) != {1: "answered"} and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _outcomes(path) == {1: "answered"}
+    again = ask()  # from the answer cache: the same answer, free
+    assert again.cost == (0.0, 0.0) and again.rows == first.rows
+
+
+def test_a_forked_child_leaves_the_parents_outcomes_to_the_parent(db, tmp_path):
+    """A child of os.fork() exits at once: it neither waits on the parent's locks nor
+    writes the parent's queued outcomes through the connection it inherited."""
+    import sqlite3
+    import subprocess
+    import sys
+    import textwrap
+
+    path = tmp_path / "l.sqlite"
+    data = tmp_path / "pums.sqlite"  # DuckDB itself does not survive a fork
+    with sqlite3.connect(data) as con:
+        con.execute("CREATE TABLE pums (pid INTEGER PRIMARY KEY, age INTEGER)")
+        con.executemany("INSERT INTO pums VALUES (?, ?)", [(i, i % 90) for i in range(50)])
+    con.close()
+    script = textwrap.dedent(f"""
+        import os, sys, faulthandler
+        import dpsql, dpsql.ledger
+        from dpsql.ledger import outcomes
+        outcomes.SETTLE_AFTER = 600.0
+        conn = dpsql.connect("sqlite:///{data}", catalog={CATALOG!r},
+                             ledger={str(path)!r}, analyst="a")
+        conn.execute({COUNT!r}, epsilon=0.5)
+        pid = os.fork()
+        if pid == 0:
+            faulthandler.dump_traceback_later(20, exit=True)  # a hang: exit code 1
+            sys.exit(0)
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        other = dpsql.ledger.Ledger({str(path)!r}, readonly=True)
+        print(code, len(conn._ledger._pending._items), other.log()[0]["outcome"])
+        other.close()
+        conn.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    # the child exited at once, and left the outcome to the parent, which wrote it at close
+    assert out.stdout.split() == ["0", "1", "charged"]
+    assert _outcomes(path) == {1: "answered"}

@@ -208,8 +208,7 @@ class Charging:
                 outcome's, and it is undone when the outcome is not written.
         """
         assert outcome in ("answered", "failed", "cancelled")
-        self._pending.add(charge_id, outcome, detail, also)
-        self._pending.start(self.settle)
+        self._pending.add(charge_id, outcome, detail, also, self.settle)
 
     def refuse(self, dataset: str, analyst: str, sql: str, detail: str) -> None:
         """Logs a query refused before any data was read (it costs nothing).

@@ -165,14 +165,17 @@ class LedgerBase:
                         s.begin_read()
                     if not outcome:
                         self._load_head()
+                    later: list = []
                     if write:
                         taken = self._pending.take()
-                        self._write_outcomes(s, taken, full=not outcome)
+                        later = self._write_outcomes(s, taken, not outcome,
+                                                     lambda: self._begin_again(outcome))
                     yield s
                     if self._head_dirty and not outcome:
                         self._write_head(s)
                     s.execute("COMMIT")
                     taken = []
+                    self._pending.give_back(later)
                     if not outcome:
                         self._seen = self._head["seq"]
                 except s.errors() as exc:
@@ -186,50 +189,81 @@ class LedgerBase:
                 self._pending.give_back(taken)
                 raise
 
-    def _write_outcomes(self, s, items: list, full: bool) -> None:
-        """Writes queued outcomes in the current transaction, each under a savepoint.
+    def _write_outcomes(self, s, items: list, full: bool, restart) -> list:
+        """Writes queued outcomes in the current transaction, each under a savepoint;
+        returns those left for a transaction under the full checks.
 
         An outcome names its entry by id *and* by the hash this connection committed,
         so on a ledger replaced or rewound under the connection it matches no row and
         is not written (keyed, the hash cannot be forged); one whose hash this
         connection no longer remembers is looked up, and only under the full checks
-        (``full``; otherwise it goes back in the queue).
+        (``full``). An outcome that cannot be written is logged and dropped from
+        ``items`` (the caller's list: it is not queued again), never the transaction's
+        failure: where its error ended the whole transaction (SQLite rolls it back on a
+        full disk or an I/O error), ``restart()`` begins it again and the outcomes
+        before it are written again.
         """
-        later = []
-        for item in items:
+        later: list = []
+        i = 0
+        while i < len(items):
+            item = items[i]
             if item.entry_hash is None and not full:
                 later.append(item)
+                i += 1
                 continue
             s.execute("SAVEPOINT dpsql_outcome")
             try:
-                if item.also is not None:
-                    item.also(s, self._p, self._mac)
-                entry_hash = item.entry_hash or self._charge_hash(s, item.charge_id)
-                detail = None if item.detail is None else _storable(item.detail[:1000])
-                written = s.execute(
-                    f"UPDATE {self._p}entries SET outcome = ?, detail = ?, omac = ? "
-                    "WHERE id = ? AND hash = ? AND kind = 'charge'",
-                    (item.outcome, detail, self._mac("outcome", item.charge_id, entry_hash,
-                                                     item.outcome, detail),
-                     item.charge_id, entry_hash)).rowcount
-                if written != 1:
-                    raise LedgerError(f"ledger {self.path!r}: charge {item.charge_id} is "
-                                      "missing")
+                self._write_outcome(s, item)
                 s.execute("RELEASE SAVEPOINT dpsql_outcome")
+                i += 1
+                continue
             except Exception as exc:  # noqa: BLE001 - one outcome never blocks a charge
-                # (kept queued, an outcome that always fails would refuse every charge)
-                s.execute("ROLLBACK TO SAVEPOINT dpsql_outcome")
-                s.execute("RELEASE SAVEPOINT dpsql_outcome")
-                if isinstance(exc, LedgerError):
-                    text = str(exc)
-                elif isinstance(exc, s.errors()):
-                    text = str(_ledger_error(exc, self.path, "record", self._timeout))
-                else:
-                    text = type(exc).__name__
-                _log.error("ledger %s: charge %d is kept, but its outcome %r could not be "
-                           "recorded: %s", escape(self.path), item.charge_id, item.outcome,
-                           escape(text))
-        self._pending.give_back(later)
+                self._lost_outcome(s, item, exc)
+            del items[i]
+            if not self._undo_savepoint(s):
+                restart()
+                later, i = [], 0
+        return later
+
+    def _write_outcome(self, s, item) -> None:
+        if item.also is not None:
+            item.also(s, self._p, self._mac)
+        entry_hash = item.entry_hash or self._charge_hash(s, item.charge_id)
+        detail = None if item.detail is None else _storable(item.detail[:1000])
+        written = s.execute(
+            f"UPDATE {self._p}entries SET outcome = ?, detail = ?, omac = ? "
+            "WHERE id = ? AND hash = ? AND kind = 'charge'",
+            (item.outcome, detail, self._mac("outcome", item.charge_id, entry_hash,
+                                             item.outcome, detail),
+             item.charge_id, entry_hash)).rowcount
+        if written != 1:
+            raise LedgerError(f"ledger {self.path!r}: charge {item.charge_id} is missing")
+
+    def _lost_outcome(self, s, item, exc: Exception) -> None:
+        if isinstance(exc, LedgerError):
+            text = str(exc)
+        elif isinstance(exc, s.errors()):
+            text = str(_ledger_error(exc, self.path, "record", self._timeout))
+        else:
+            text = type(exc).__name__
+        _log.error("ledger %s: charge %d is kept, but its outcome %r could not be "
+                   "recorded: %s", escape(self.path), item.charge_id, item.outcome,
+                   escape(text))
+
+    @staticmethod
+    def _undo_savepoint(s) -> bool:
+        """Rolls back to the outcome's savepoint; False: the engine had already ended the
+        whole transaction."""
+        if not s.in_transaction():
+            return False
+        try:
+            s.execute("ROLLBACK TO SAVEPOINT dpsql_outcome")
+            s.execute("RELEASE SAVEPOINT dpsql_outcome")
+        except s.errors():
+            if s.in_transaction():
+                raise
+            return False
+        return True
 
     def _charge_hash(self, db, charge_id: int) -> str:
         row = db.execute(f"SELECT hash, kind FROM {self._p}entries WHERE id = ?",
@@ -253,6 +287,12 @@ class LedgerBase:
         except LedgerError as exc:
             _log.error("ledger %s: outcomes could not be recorded now (they stay queued): "
                        "%s", escape(self.path), escape(str(exc)))
+
+    def _begin_again(self, outcome: bool) -> None:
+        """Begins the current write again after the engine rolled it back."""
+        self._begin_write(lock=not outcome)
+        if not outcome:
+            self._load_head()
 
     def _begin_write(self, lock: bool) -> None:
         """Begins a write; with ``lock``, takes the charge lock and checks, inside the

@@ -28,17 +28,21 @@ saves budget; it is not what bounds the privacy loss.
 only budgets and running totals, which the charge wrote: they do not wait for outcomes
 (``settle=False`` in :meth:`dpsql.ledger.core.LedgerBase._tx`).
 
->>> p = Pending()
+>>> class Led:  # a ledger's settle (dpsql.ledger.core.LedgerBase.settle)
+...     def settle(self): pass
+>>> p, led = Pending(), Led()
 >>> p.remember(7, "h7")
->>> p.add(7, "answered", None, None)
+>>> p.add(7, "answered", None, None, led.settle)
 >>> [(i.charge_id, i.entry_hash) for i in p.take()]
 [(7, 'h7')]
+>>> p.stop()
 """
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import os
 import threading
 import time
 import weakref
@@ -46,6 +50,9 @@ from collections.abc import Callable
 
 #: Seconds an outcome waits for a charge to carry it before the flusher writes it.
 SETTLE_AFTER = 0.2
+
+#: The longest wait between settles that leave outcomes queued (each failure doubles it).
+_BACKOFF = 60.0
 
 #: Seconds between the idle flusher's checks that its ledger is still in use.
 _IDLE_CHECK = 5.0
@@ -80,6 +87,9 @@ class Pending:
         self._wake = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
         self._closed = False
+        # the ledger's settle, held while outcomes are queued (see add)
+        self._held: Callable[[], None] | None = None
+        self._tried: Outcome | None = None  # the oldest outcome the last settle saw
 
     def remember(self, charge_id: int, entry_hash: str) -> None:
         """A charge this connection committed: its outcome may name it by its hash."""
@@ -89,13 +99,17 @@ class Pending:
                 del self._hashes[next(iter(self._hashes))]
 
     def add(self, charge_id: int, outcome: str, detail: str | None,
-            also: Callable | None) -> None:
-        """Queues the outcome of ``charge_id`` (and wakes the flusher)."""
+            also: Callable | None, settle: Callable[[], None]) -> None:
+        """Queues the outcome of ``charge_id`` and starts or wakes the flusher, which
+        holds the ledger (its ``settle``) until the queue is empty: a connection dropped
+        unclosed still has its outcomes written, by the flusher or at exit."""
         with self._lock:
             known = self._hashes.pop(charge_id, None)
             keys = tuple(getattr(also, "keys", ()))
             self._items.append(Outcome(charge_id, outcome, detail, also, known, keys))
+            self._held = settle
             self._wake.notify()
+        self._start(settle)
 
     def take(self) -> list[Outcome]:
         """Every queued outcome, oldest first; the caller writes them or gives them
@@ -123,10 +137,9 @@ class Pending:
         with self._lock:
             return any(wanted(k) for item in self._items for k in item.keys)
 
-    def start(self, settle: Callable[[], None]) -> None:
-        """Starts the flusher (once): ``settle`` (a bound method, held weakly: an
-        abandoned ledger is not kept alive by it) runs :data:`SETTLE_AFTER` seconds
-        after an outcome is queued, unless a transaction carried it first."""
+    def _start(self, settle: Callable[[], None]) -> None:
+        """Starts the flusher (once); between queued outcomes it holds the ledger only
+        weakly, so an abandoned, settled ledger is not kept alive by it."""
         with self._lock:
             if self._thread is not None or self._closed:
                 return
@@ -135,32 +148,41 @@ class Pending:
                                             name="dpsql-ledger-outcomes", daemon=True)
             self._thread.start()
 
-    def _run(self, settle: weakref.WeakMethod) -> None:
+    def _run(self, weak: weakref.WeakMethod) -> None:
+        failures = 0
         while True:
             with self._lock:
+                # the last settle left them queued: wait longer
+                failures = min(failures + 1, 10) if self._items and self._tried else 0
                 while not self._items and not self._closed:
-                    if settle() is None:  # the ledger was dropped unclosed
+                    self._held = None  # nothing queued: the ledger may go
+                    if weak() is None:
                         return
                     self._wake.wait(_IDLE_CHECK)
                 if self._closed:
                     return
                 # a charge arriving in the meantime carries them instead (later
                 # outcomes' notifications do not cut the wait short)
-                deadline = time.monotonic() + SETTLE_AFTER
+                deadline = time.monotonic() + min(SETTLE_AFTER * 2 ** failures, _BACKOFF)
                 while not self._closed and (left := deadline - time.monotonic()) > 0:
                     self._wake.wait(left)
                 if self._closed:
                     return
-            method = settle()
-            if method is None:
+                settle = self._held or weak()
+                self._tried = self._items[0] if self._items else None
+            if settle is None:
                 return
-            method()
-            del method
+            settle()
+            del settle
+            with self._lock:
+                if not any(item is self._tried for item in self._items):
+                    self._tried = None
 
     def stop(self) -> None:
         """Stops the flusher (the caller settles what is left)."""
         with self._lock:
             self._closed = True
+            self._held = None
             self._wake.notify_all()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -185,3 +207,12 @@ def unregister(ledger) -> None:
 def _settle_all() -> None:
     for ledger in list(_OPEN):
         ledger.settle()
+
+
+def _forget_inherited() -> None:
+    """In a forked child: the parent's ledgers (their connections, locks and queued
+    outcomes, copied as they were) are the parent's to settle, not the child's."""
+    _OPEN.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)

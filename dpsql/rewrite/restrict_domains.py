@@ -26,7 +26,7 @@ makes the engine's own ``=`` decide, before any row reaches Python.
 
 **Where the filter goes.** In WHERE by default. Where the rows are joined
 (``FROM a JOIN b``) and the key is a plain column of a private table whose domain holds
-only whole numbers, strings, booleans and dates, it goes in HAVING instead, as a test
+only whole numbers, strings and booleans, it goes in HAVING instead, as a test
 of the group's key (the per-user step folds it into its own HAVING,
 :mod:`dpsql.rewrite.per_user_aggregate`):
 DuckDB counts every WHERE conjunct as a filter of its own when it estimates a join's
@@ -60,9 +60,11 @@ kept ones, which the totality proof covers for any row). Per engine:
   (values of different classes never equal, INTEGER against REAL compared exactly:
   9007199254740993 and 9007199254740992.0 are two groups and unequal), with the
   column's affinity applied to the literals once, whatever the row;
-* floats (-0.0 equal to 0.0, NaN) and timestamps would hold by the same argument but
-  keep the WHERE form: nothing measured needs them, and the restriction is the
-  conservative reading of the proof. So do key expressions, whose GROUP BY and HAVING
+* floats (-0.0 equal to 0.0, NaN), dates and timestamps would hold by the same argument
+  but keep the WHERE form: nothing measured needs them, the restriction is the
+  conservative reading of the proof, and PostgreSQL writes a date key as a CASE in
+  SELECT and GROUP BY, which left a HAVING test of the bare column ungrouped (the
+  query was refused before the charge). So do key expressions, whose GROUP BY and HAVING
   matching differs between engines.
 """
 
@@ -123,7 +125,10 @@ def restrict_domains(expression: exp.Select, plan: Plan,
 
 #: Python types of domain values whose SQL values group exactly as ``=`` compares them on
 #: every engine (module docstring); bool is listed for clarity (it is an int subclass).
-_EXACT = (int, bool, str, datetime.date)
+#: Dates would qualify too, but PostgreSQL's form of a date key (a CASE that keeps it
+#: within Python's years, in SELECT and GROUP BY) left a HAVING test of the bare column
+#: ungrouped, and the query was refused (attack review): they keep WHERE.
+_EXACT = (int, bool, str)
 
 
 def _after_grouping(expression: exp.Select, key, plan: Plan) -> bool:
