@@ -29,7 +29,8 @@ def statistic_types(plan: Plan, schema: dict[str, str], reports_types: bool = Tr
     A statistic's value analysis (``Statistic.integer``) can say "whole" where the
     engine computes a fraction (``SUM(CAST(age AS DOUBLE) // 2)`` is 20.5 for age 41):
     the engine's type decides. On SQLite, which reports no types, only counts are
-    integers (COUNT returns an INTEGER there by definition).
+    integers (COUNT returns an INTEGER there by definition), a histogram's bins included
+    where each user has one row (:meth:`~dpsql.aggregates.base.StatisticRule.counted`).
 
     Raises:
         UnsupportedQueryError: (not charged) a statistic of a type that is not a number.
@@ -50,7 +51,7 @@ def statistic_types(plan: Plan, schema: dict[str, str], reports_types: bool = Tr
             whole = all(t is not None and sqltypes.base_name(t) in sqltypes.EXACT_INTEGER_NAMES
                         for t in types)
         else:
-            whole = stat.rule.counts
+            whole = stat.rule.counted(stat)
         if whole or stat.mechanism is None or type(stat.mechanism).__name__ == "Constant":
             continue
         stat.integer = False

@@ -309,6 +309,27 @@ def test_no_data_dependent_errors(kind, sql, backends):
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
+def test_a_histogram_over_one_row_per_user_counts_its_bins(kind, backends):
+    """Each user one row: a histogram's bins are COUNTs, integers on every engine, so
+    its mechanism stays discrete; SQLite, which reports no types, had turned it into a
+    grid sum and then failed to write it (neighbour fuzzer: an internal error before
+    the charge on every MIN, MAX or quantile over row-level privacy)."""
+    catalog = dataclasses.replace(_pums_catalog(), tables={
+        name: dataclasses.replace(table, row_privacy=True, user_key=None)
+        for name, table in _pums_catalog().tables.items() if name == "pums"})
+    conn = dpsql.connect(_database(kind, backends), catalog=catalog,
+                         budget=(10.0, 1e-5), ledger=":memory:")
+    try:
+        sql = "SELECT sex, MAX(income), MEDIAN(age) FROM pums GROUP BY sex"
+        mechanisms = {s["mechanism"] for s in conn.explain(sql, epsilon=1.0).statistics}
+        assert mechanisms == {"discrete Laplace"}, mechanisms
+        res = conn.execute(sql, epsilon=1.0)
+        assert [r[0] for r in res.rows] == [0, 1] and all(r[2] > 0 for r in res.rows)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
 def test_connect_and_answer(kind, backends):
     conn = dpsql.connect(_database(kind, backends), catalog=_pums_catalog(),
                          budget=(10.0, 1e-5), ledger=":memory:")

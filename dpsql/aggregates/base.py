@@ -49,6 +49,11 @@ class StatisticRule:
         """Human description of the statistic, e.g. ``SUM(income - 250000)``."""
         raise NotImplementedError
 
+    def counted(self, stat) -> bool:
+        """Whether the SQL computes each of ``stat``'s columns as a ``COUNT``: an integer
+        on every engine, whatever types the engine reports (SQLite reports none)."""
+        return self.counts
+
     def partial_range(self, interval, max_rows: int) -> tuple[float, float]:
         """Range the SQL clamps one user's partial in one group into (the sensitivity)."""
         raise NotImplementedError

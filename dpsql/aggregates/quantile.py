@@ -48,6 +48,11 @@ class Histogram(StatisticRule):
         # rescaled per user (see partial): fractional, unless each user has one row
         return one_row
 
+    def counted(self, stat) -> bool:
+        # with one row per user (integer) each bin is COUNT(CASE WHEN ... THEN 1 END)
+        # (bin_count); else a per-user rescaled sum
+        return stat.integer
+
     def bins(self, interval):
         return Bins.for_interval(interval.lower, interval.upper, interval.integer)
 
