@@ -7,6 +7,7 @@ import datetime
 import math
 import os
 import sqlite3
+import time
 from decimal import Decimal
 
 import pytest
@@ -602,3 +603,22 @@ def test_the_free_path_analyses_a_bounded_number_of_plans(pums_file, tmp_path,
     assert analysed == []
     conn.execute("SELECT sex, AVG(age) FROM pums WHERE age > 1 GROUP BY sex", epsilon=0.5)
     assert len(analysed) <= dpsql.answer_flow._ANALYSED
+
+
+def test_an_answer_is_cached_before_the_call_returns(pums_file, tmp_path):
+    """Not queued with one-commit outcomes (dpsql.ledger.outcomes): another connection
+    asking at once gets the same answer free, and the owner's clear right after an
+    answer is not undone by a write that comes later (attack review)."""
+    a = _conn(pums_file, tmp_path)
+    b = _conn(pums_file, tmp_path)
+    first = a.execute(QUERY, epsilon=0.5)
+    again = b.execute(QUERY, epsilon=0.5)
+    assert again.cost == (0.0, 0.0) and _bits(again.rows) == _bits(first.rows)
+    owner = Ledger(str(tmp_path / "ledger.sqlite"))
+    assert clear(owner) >= 1
+    owner.close()
+    time.sleep(0.5)  # longer than any queued write would wait (outcomes.SETTLE_AFTER)
+    fresh = a.execute(QUERY, epsilon=0.5)
+    assert fresh.cost == (0.5, 0.0)
+    a.close()
+    b.close()

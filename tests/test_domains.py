@@ -453,3 +453,21 @@ def test_a_value_between_domain_values_takes_no_max_groups_place(tmp_path, ctype
     finally:
         conn.close()
     assert [r[1] for r in rows] == [40], rows  # every user's in-domain row, one group
+
+
+def test_negative_literals_compared_with_a_public_domain(tmp_path):
+    """``-2`` is a literal too (attack review: ``IN (1, -2)`` was an internal error)."""
+    path = tmp_path / "n.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE t (uid INTEGER PRIMARY KEY, n INTEGER)")
+    con.execute("INSERT INTO t SELECT i, i % 5 - 2 FROM range(100) r(i)")
+    con.close()
+    catalog = {"tables": {"t": {"user_key": "uid", "columns": {
+        "uid": "int", "n": {"type": "int", "values": [-2, -1, 0, 1, 2]}}}}}
+    conn = dpsql.connect(path, catalog=catalog, budget=(100, 1e-3), ledger=":memory:")
+    counts, _ = exact(conn, "SELECT n, COUNT(*) FROM t WHERE n IN (1, -2) GROUP BY n")
+    assert counts == {(-2,): 20, (1,): 20}
+    with pytest.raises(dpsql.AnalysisError, match="not one of its public values"):
+        conn.execute("SELECT n, COUNT(*) FROM t WHERE n = -3 GROUP BY n", epsilon=1.0)
+    assert conn.budget.spent == (0.0, 0.0)
+    conn.close()

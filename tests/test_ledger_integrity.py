@@ -596,7 +596,7 @@ def test_a_failed_outcome_write_keeps_the_charge_and_tells_the_owner(tmp_path, d
     assert res.rows
     real_tx = Ledger._tx
 
-    def failing_tx(self, write=True, settle=True):
+    def failing_tx(self, write=True, settle=True, wait=True):
         raise LedgerError("disk full (injected)")
 
     monkeypatch.setattr(Ledger, "_tx", failing_tx)

@@ -36,9 +36,9 @@ def _record_writes(led: Ledger) -> list[bool]:
     calls: list[bool] = []
     begin = led._s.begin_write
 
-    def recording(lock: bool = True) -> None:
+    def recording(lock: bool = True, wait: bool = True) -> None:
         calls.append(lock)
-        begin(lock)
+        begin(lock, wait)
 
     led._s.begin_write = recording
     return calls
@@ -213,19 +213,23 @@ def test_a_connection_dropped_unclosed_still_writes_its_outcome(db, tmp_path):
 
     path = tmp_path / "l.sqlite"
 
-    def ask():  # a helper that opens, asks and returns, never closing
+    def ask(answer_cache):  # a helper that opens, asks and returns, never closing
         conn = dpsql.connect(db, catalog=CATALOG, ledger=path, analyst="a",
-                             answer_cache=True)
+                             answer_cache=answer_cache)
         return conn.execute(COUNT, epsilon=0.5)
 
-    first = ask()
+    ask(False)
     gc.collect()
     deadline = time.monotonic() + 10
     while _outcomes(path) != {1: "answered"} and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _outcomes(path) == {1: "answered"}
-    again = ask()  # from the answer cache: the same answer, free
+    # an answer for the cache is written before the call returns: another connection
+    # asking the same query at once gets it, free (attack review)
+    first = ask(True)
+    again = ask(True)
     assert again.cost == (0.0, 0.0) and again.rows == first.rows
+    assert _outcomes(path) == {1: "answered", 2: "answered"}
 
 
 def test_a_forked_child_leaves_the_parents_outcomes_to_the_parent(db, tmp_path):
@@ -253,7 +257,11 @@ def test_a_forked_child_leaves_the_parents_outcomes_to_the_parent(db, tmp_path):
         pid = os.fork()
         if pid == 0:
             faulthandler.dump_traceback_later(20, exit=True)  # a hang: exit code 1
-            sys.exit(0)
+            try:  # the parent's ledger connection is refused here, at once
+                conn.execute({COUNT!r}, epsilon=0.5)
+            except dpsql.LedgerError as exc:
+                sys.exit(0 if "forked" in str(exc) else 4)
+            sys.exit(5)
         code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         other = dpsql.ledger.Ledger({str(path)!r}, readonly=True)
         print(code, len(conn._ledger._pending._items), other.log()[0]["outcome"])
@@ -265,4 +273,29 @@ def test_a_forked_child_leaves_the_parents_outcomes_to_the_parent(db, tmp_path):
     assert out.returncode == 0, out.stderr
     # the child exited at once, and left the outcome to the parent, which wrote it at close
     assert out.stdout.split() == ["0", "1", "charged"]
+    assert _outcomes(path) == {1: "answered"}
+
+
+def test_a_lock_held_by_another_process_stalls_no_read(db, tmp_path, monkeypatch):
+    """The flusher never waits for another process's write lock while it holds the
+    connection: reads go on, and the outcome is written once the lock is free."""
+    import sqlite3
+
+    monkeypatch.setattr(outcomes, "SETTLE_AFTER", 0.05)
+    monkeypatch.setenv("DPSQL_LEDGER_TIMEOUT", "3")
+    path = tmp_path / "l.sqlite"
+    conn = dpsql.connect(db, catalog=CATALOG, ledger=path, analyst="a")
+    conn.execute(COUNT, epsilon=0.5)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's charge, in the middle
+    try:
+        time.sleep(0.3)  # the flusher tries meanwhile, and backs off
+        started = time.monotonic()
+        assert conn.budget.spent == (0.5, 0.0)
+        assert [e["outcome"] for e in ledger_of(conn).log()] == ["charged"]
+        assert time.monotonic() - started < 1.0  # not the ledger's 3 s timeout
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    conn.close()
     assert _outcomes(path) == {1: "answered"}

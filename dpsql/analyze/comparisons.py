@@ -168,7 +168,8 @@ def _literal(node: exp.Expression | None) -> exp.Literal | None:
     node = node.unnest() if node is not None else None
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) \
             and not node.this.is_string:
-        return exp.Literal.number("-" + node.this.this)
+        # built directly: Literal.number("-5") is Neg(5) again in sqlglot 30
+        return exp.Literal(this="-" + node.this.this, is_string=False)
     return node if isinstance(node, exp.Literal) else None
 
 

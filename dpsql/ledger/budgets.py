@@ -112,13 +112,13 @@ class Budgets:
         if dataset is not None:
             query += " WHERE dataset = ?"
             args = (dataset,)
-        with self._tx(write=False) as db:
+        with self._tx(write=False, settle=False) as db:
             self._check_small_tables()
             return [tuple(r) for r in db.execute(query + " ORDER BY dataset, analyst", args)]
 
     def accountant(self, dataset: str) -> str:
         """The data set's accountant (``"basic"`` when it has no total yet)."""
-        with self._tx(write=False) as db:
+        with self._tx(write=False, settle=False) as db:
             row = self._budget_row(db, dataset, ALL)
         return row[1] if row else "basic"
 
@@ -168,7 +168,7 @@ class Budgets:
             self._head_set(_hk("g", dataset), _tag(mac))
 
     def bindings(self) -> dict[str, dict]:
-        with self._tx(write=False) as db:
+        with self._tx(write=False, settle=False) as db:
             self._check_small_tables()
             return {ds: json.loads(text) for ds, text in
                     db.execute(f"SELECT dataset, db FROM {self._p}bindings").fetchall()}

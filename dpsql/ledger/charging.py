@@ -10,12 +10,13 @@ budget, and a refused query charges nothing (its refusal is logged at cost 0).
 
 **One durable commit per query.** A query's path through the ledger is that one
 transaction holding the charge lock, committed durably before any data is read; after
-execution its outcome (:meth:`Charging.finish`, with the answer cache's entry) is
-queued and written by the next transaction this connection writes, normally the next
-query's charge, or within :data:`~dpsql.ledger.outcomes.SETTLE_AFTER` seconds by a
-short transaction of its own (:mod:`dpsql.ledger.outcomes` says when, and why a lost
-outcome costs no privacy). The outcome needs none of the charge's checks: it changes
-no budget, running total or binding, nor the head record (which does not cover
+execution its outcome (:meth:`Charging.finish`) is queued and written by the next
+transaction this connection writes, normally the next query's charge, or within
+:data:`~dpsql.ledger.outcomes.SETTLE_AFTER` seconds by a short transaction of its own
+(:mod:`dpsql.ledger.outcomes` says when, and why a lost outcome costs no privacy). An
+outcome that stores an answer for the answer cache is written before the call returns.
+The outcome needs none of the charge's checks: it changes no budget, running total or
+binding, nor the head record (which does not cover
 outcomes: each outcome's MAC binds it to its entry's hash), and it names its entry by
 id *and* by the hash this connection committed, so on a ledger replaced or rewound
 under the connection it matches no row and is not written (keyed, the hash cannot be
@@ -28,9 +29,10 @@ commit; neither holds anything across execution.
 (until this version it was: two durable commits a query): the privacy guarantee rests
 on the charge alone, and the second commit doubled the ledger's share of a small
 query's time (about 0.8 ms of fsyncs on this project's machines). What it bought, an
-``answered`` outcome and a cached answer that survive a crash in the instant after the
-answer, costs no privacy when lost: the entry stays ``charged`` (outcome unknown) and
-the same query asked again is charged again.
+``answered`` outcome that survives a crash in the instant after the answer, costs no
+privacy when lost: the entry stays ``charged`` (outcome unknown). A cached answer keeps
+its own commit before the call returns: what the cache promises (the same answer to
+any connection, free; the owner's clear) depends on it.
 """
 
 from __future__ import annotations
@@ -195,7 +197,9 @@ class Charging:
         """Marks a charged query ``answered``, ``failed`` or ``cancelled`` (Ctrl-C).
 
         The outcome is queued and written with this connection's next write (see the
-        module docstring and :mod:`dpsql.ledger.outcomes`); this call does no I/O. The
+        module docstring and :mod:`dpsql.ledger.outcomes`); this call does no I/O,
+        unless it stores an answer for the answer cache (``also``), which is written
+        before it returns. The
         charge itself stays whatever happens: an outcome that cannot be written (a
         full disk, a lock held too long, a charge missing from a replaced ledger) goes
         to the owner's log. A charge this connection did not make (or made too long ago
@@ -209,6 +213,10 @@ class Charging:
         """
         assert outcome in ("answered", "failed", "cancelled")
         self._pending.add(charge_id, outcome, detail, also, self.settle)
+        if also is not None:
+            # a released answer for the cache is durable before the call returns, as
+            # the outcome was before (dpsql.ledger.outcomes: why it is not queued)
+            self.settle()
 
     def refuse(self, dataset: str, analyst: str, sql: str, detail: str) -> None:
         """Logs a query refused before any data was read (it costs nothing).

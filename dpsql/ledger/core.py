@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import os
 import secrets
 import threading
 from pathlib import Path
@@ -46,6 +47,9 @@ class LedgerBase:
                  expect_id: str | None = None, timeout: float | None = None,
                  refusal_cap: int = REFUSAL_CAP):
         self._lock = threading.Lock()
+        # a forked child must not use its parent's connection, locks or queue (SQLite:
+        # never carry a connection across fork); _tx refuses there
+        self._pid = os.getpid()
         self._seen = -1  # the newest head (its seq) this connection has seen committed
         self._head: dict = {}
         self._head_dirty = False
@@ -126,8 +130,12 @@ class LedgerBase:
 
     # -- transactions -------------------------------------------------------------------
 
+    def _inherited(self) -> bool:
+        """Whether this process is a fork of the one that opened the ledger."""
+        return os.getpid() != self._pid
+
     @contextlib.contextmanager
-    def _tx(self, write: bool | str = True, settle: bool = True):
+    def _tx(self, write: bool | str = True, settle: bool = True, wait: bool = True):
         """One transaction under the connection's lock; database errors as LedgerError.
 
         Args:
@@ -137,9 +145,11 @@ class LedgerBase:
                 write of queued outcomes only: no charge lock and no head record (see
                 :mod:`dpsql.ledger.charging` for why they need neither).
                 Every transaction but an outcome's checks the head record first.
-            settle: for a read, whether it waits for this connection's queued outcomes
-                to be written first (:mod:`dpsql.ledger.outcomes`); False only for reads
-                of budgets and running totals, which outcomes never change.
+            settle: for a read, whether this connection's queued outcomes are written
+                first (:mod:`dpsql.ledger.outcomes`; without waiting for another
+                process's lock); False for reads that never show outcomes.
+            wait: for a write, whether a lock another process holds is waited for (up
+                to the ledger's timeout); False: :class:`LedgerError` at once.
 
         Every write carries the queued outcomes (each under a savepoint of its own:
         one that cannot be written is logged and dropped, never the transaction's
@@ -153,14 +163,17 @@ class LedgerBase:
         """
         s = self._s
         outcome = write == OUTCOME
+        if self._inherited():
+            raise LedgerError(f"ledger {self.path!r} was opened by the parent of this forked "
+                              "process; open a new connection here")
         if not write and settle and self._pending:
-            self.settle()
+            self.settle(wait=False)
         with self._lock:
             taken: list = []
             try:
                 try:
                     if write:
-                        self._begin_write(lock=not outcome)
+                        self._begin_write(lock=not outcome, wait=wait)
                     else:
                         s.begin_read()
                     if not outcome:
@@ -272,35 +285,45 @@ class LedgerBase:
             raise LedgerError(f"ledger {self.path!r}: charge {charge_id} is missing")
         return row[0]
 
-    def settle(self) -> None:
+    def settle(self, wait: bool = True) -> bool:
         """Writes this connection's queued outcomes now, in one short transaction
-        (without the charge lock when every one names its entry by a remembered hash).
+        (without the charge lock when every one names its entry by a remembered hash);
+        True when none is left queued.
+
+        Args:
+            wait: wait for a write lock another process holds (up to the ledger's
+                timeout); False (the flusher, a read): try once, and leave them queued.
 
         Never raises for the ledger's own trouble: the charges are kept either way, and
         what could not be written goes to the owner's log (and stays queued).
         """
-        if not self._pending or self._s.readonly:
-            return
+        if self._inherited() or self._s.readonly:
+            return False
+        if not self._pending:
+            return True
         try:
-            with self._tx(OUTCOME if self._pending.all_remembered() else True):
+            with self._tx(OUTCOME if self._pending.all_remembered() else True, wait=wait):
                 pass
         except LedgerError as exc:
-            _log.error("ledger %s: outcomes could not be recorded now (they stay queued): "
-                       "%s", escape(self.path), escape(str(exc)))
+            if wait:
+                _log.error("ledger %s: outcomes could not be recorded now (they stay "
+                           "queued): %s", escape(self.path), escape(str(exc)))
+            return False
+        return not self._pending
 
     def _begin_again(self, outcome: bool) -> None:
         """Begins the current write again after the engine rolled it back."""
-        self._begin_write(lock=not outcome)
+        self._begin_write(lock=not outcome, wait=True)
         if not outcome:
             self._load_head()
 
-    def _begin_write(self, lock: bool) -> None:
+    def _begin_write(self, lock: bool, wait: bool = True) -> None:
         """Begins a write; with ``lock``, takes the charge lock and checks, inside the
         transaction, that the ledger is still the file and the id this connection opened."""
         s = self._s
         if s.readonly:
             raise LedgerError(f"ledger {self.path!r} was opened read-only")
-        s.begin_write(lock)
+        s.begin_write(lock, wait)
         if not lock:
             return
         s.same_file()
@@ -337,6 +360,8 @@ class LedgerBase:
         return self._s.readonly
 
     def close(self) -> None:
+        if self._inherited():  # the parent's connection: the parent closes it
+            return
         self._pending.stop()
         self.settle()
         unregister(self)

@@ -10,9 +10,20 @@ connection writes carries it, under a savepoint of its own:
   commit each, the charge's;
 * :meth:`dpsql.ledger.Ledger.settle` (one short transaction without the charge lock),
   which the flusher thread runs :data:`SETTLE_AFTER` seconds after the first queued
-  outcome when no charge came first, a read that looks at outcomes or answers runs
-  first (the log, verification, the answer cache finding this very answer), and
-  :meth:`~dpsql.ledger.Ledger.close` and the interpreter's exit run last.
+  outcome when no charge came first (never waiting for another process's lock: it tries
+  again later, backing off), a read that shows outcomes runs first (the log,
+  verification), and :meth:`~dpsql.ledger.Ledger.close` and the interpreter's exit run
+  last.
+
+**Not queued: an answer for the answer cache.** An outcome that stores a released
+answer (``finish(..., also=...)``) is written before the call returns, as before: two
+connections asking the same query see one cached answer, and the owner's ``dpsql cache
+clear`` cannot be undone by an answer written after it (attack review). Only queries
+without the answer cache (the default) make one durable commit.
+
+**A forked child** may not use its parent's ledger connection (SQLite: never carry a
+connection across ``fork``): every transaction refuses there, and the child neither
+settles nor closes the parent's queue (:meth:`~dpsql.ledger.core.LedgerBase._tx`).
 
 **Why this is sound.** Privacy rests on the charge alone: it is durable before the
 backend reads anything, and nothing here can undo it (an outcome changes no budget,
@@ -20,9 +31,9 @@ running total, binding or head record, and names its entry by id and by the hash
 connection committed, see :mod:`dpsql.ledger.charging`). What a crash (a killed
 process, a lost machine) can lose in the short window is an outcome and a cached
 answer: the entry then stays ``charged`` ("charged, outcome unknown", which is also what
-a query killed while running leaves), and the same query asked again is answered afresh
-and charged again, which composition covers like any other charge. The answer cache
-saves budget; it is not what bounds the privacy loss.
+a query killed while running leaves), and an answer cache's entry is not
+queued at all (below). The answer cache saves budget; it is not what bounds the
+privacy loss.
 
 **Why not for every read.** The early admission check and the budget's numbers read
 only budgets and running totals, which the charge wrote: they do not wait for outcomes
@@ -42,7 +53,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import os
 import threading
 import time
 import weakref
@@ -89,7 +99,6 @@ class Pending:
         self._closed = False
         # the ledger's settle, held while outcomes are queued (see add)
         self._held: Callable[[], None] | None = None
-        self._tried: Outcome | None = None  # the oldest outcome the last settle saw
 
     def remember(self, charge_id: int, entry_hash: str) -> None:
         """A charge this connection committed: its outcome may name it by its hash."""
@@ -152,31 +161,31 @@ class Pending:
         failures = 0
         while True:
             with self._lock:
-                # the last settle left them queued: wait longer
-                failures = min(failures + 1, 10) if self._items and self._tried else 0
                 while not self._items and not self._closed:
                     self._held = None  # nothing queued: the ledger may go
+                    failures = 0
                     if weak() is None:
                         return
                     self._wake.wait(_IDLE_CHECK)
                 if self._closed:
                     return
                 # a charge arriving in the meantime carries them instead (later
-                # outcomes' notifications do not cut the wait short)
-                deadline = time.monotonic() + min(SETTLE_AFTER * 2 ** failures, _BACKOFF)
+                # outcomes' notifications do not cut the wait short); after a settle
+                # that left them queued, longer
+                wait = min(SETTLE_AFTER * 2 ** failures, _BACKOFF)
+                deadline = time.monotonic() + wait
                 while not self._closed and (left := deadline - time.monotonic()) > 0:
                     self._wake.wait(left)
                 if self._closed:
                     return
                 settle = self._held or weak()
-                self._tried = self._items[0] if self._items else None
             if settle is None:
                 return
-            settle()
+            # never waits for another process's lock: the connection stays free for
+            # its reads and close() meanwhile
+            settled = settle(wait=False)
             del settle
-            with self._lock:
-                if not any(item is self._tried for item in self._items):
-                    self._tried = None
+            failures = 0 if settled else min(failures + 1, 10)
 
     def stop(self) -> None:
         """Stops the flusher (the caller settles what is left)."""
@@ -209,10 +218,3 @@ def _settle_all() -> None:
         ledger.settle()
 
 
-def _forget_inherited() -> None:
-    """In a forked child: the parent's ledgers (their connections, locks and queued
-    outcomes, copied as they were) are the parent's to settle, not the child's."""
-    _OPEN.clear()
-
-
-os.register_at_fork(after_in_child=_forget_inherited)

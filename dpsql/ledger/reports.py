@@ -26,7 +26,7 @@ class Reports:
 
     def spenders(self) -> list[tuple[str, str]]:
         """(dataset, analyst) of everyone who was charged, sorted."""
-        with self._tx(write=False) as db:
+        with self._tx(write=False, settle=False) as db:
             self._check_small_tables()
             return sorted(tuple(r) for r in db.execute(
                 f"SELECT dataset, analyst FROM {self._p}totals WHERE analyst <> ?", (ALL,)))
@@ -34,7 +34,7 @@ class Reports:
     def refusal_counts(self, dataset: str | None = None) -> list[tuple[str, str, int, int]]:
         """(dataset, analyst, stored, only counted) per analyst with refusals."""
         where, args = ("WHERE dataset = ?", (dataset,)) if dataset else ("", ())
-        with self._tx(write=False) as db:
+        with self._tx(write=False, settle=False) as db:
             self._check_small_tables()
             return [tuple(r) for r in db.execute(
                 f"SELECT dataset, analyst, stored, dropped FROM {self._p}refusal_counts "

@@ -179,13 +179,21 @@ class _SQLite:
             raise LedgerError(f"ledger {self.path!r} gained a second hard link; refusing to "
                               "charge (SQLite's locks follow the name)")
 
-    def begin_write(self, lock: bool = True) -> None:
+    def begin_write(self, lock: bool = True, wait: bool = True) -> None:
         """``BEGIN IMMEDIATE``: SQLite's write lock is the whole file's, whatever
         ``lock`` says; a transaction without the charge lock (an outcome) holds it only
-        for its one short write and commit."""
+        for its one short write and commit. Without ``wait``, a lock another process
+        holds is an error at once (SQLITE_BUSY) instead of after the timeout."""
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
-        self.db.execute("BEGIN IMMEDIATE")
+        if wait:
+            self.db.execute("BEGIN IMMEDIATE")
+            return
+        self.db.execute("PRAGMA busy_timeout = 0")
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        finally:
+            self.db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
 
     def begin_read(self) -> None:
         if self.db.in_transaction:
@@ -271,10 +279,11 @@ class _Postgres:
     def same_file(self) -> None:
         """Nothing to compare on a server: the id row, checked and locked, is the identity."""
 
-    def begin_write(self, lock: bool = True) -> None:
+    def begin_write(self, lock: bool = True, wait: bool = True) -> None:
         """``BEGIN``; with ``lock``, the row lock on the id row that serialises every
         charge of this ledger, on every host (an outcome's write takes only the row
-        locks of what it updates, so it never waits for a charger, nor a charger for it)."""
+        locks of what it updates, so it never waits for a charger, nor a charger for it,
+        whatever ``wait`` says)."""
         if self._tx:
             self.db.execute("ROLLBACK")
         self.db.execute("BEGIN")
