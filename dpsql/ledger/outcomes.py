@@ -98,7 +98,7 @@ class Pending:
         self._thread: threading.Thread | None = None
         self._closed = False
         # the ledger's settle, held while outcomes are queued (see add)
-        self._held: Callable[[], None] | None = None
+        self._held: Callable[..., bool] | None = None
 
     def remember(self, charge_id: int, entry_hash: str) -> None:
         """A charge this connection committed: its outcome may name it by its hash."""
@@ -108,7 +108,7 @@ class Pending:
                 del self._hashes[next(iter(self._hashes))]
 
     def add(self, charge_id: int, outcome: str, detail: str | None,
-            also: Callable | None, settle: Callable[[], None]) -> None:
+            also: Callable | None, settle: Callable[..., bool]) -> None:
         """Queues the outcome of ``charge_id`` and starts or wakes the flusher, which
         holds the ledger (its ``settle``) until the queue is empty: a connection dropped
         unclosed still has its outcomes written, by the flusher or at exit."""
@@ -146,7 +146,7 @@ class Pending:
         with self._lock:
             return any(wanted(k) for item in self._items for k in item.keys)
 
-    def _start(self, settle: Callable[[], None]) -> None:
+    def _start(self, settle: Callable[..., bool]) -> None:
         """Starts the flusher (once); between queued outcomes it holds the ledger only
         weakly, so an abandoned, settled ledger is not kept alive by it."""
         with self._lock:
