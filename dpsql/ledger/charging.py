@@ -16,11 +16,11 @@ transaction this connection writes, normally the next query's charge, or within
 (:mod:`dpsql.ledger.outcomes` says when, and why a lost outcome costs no privacy). An
 outcome that stores an answer for the answer cache is written before the call returns.
 The outcome needs none of the charge's checks: it changes no budget, running total or
-binding, nor the head record (which does not cover
-outcomes: each outcome's MAC binds it to its entry's hash), and it names its entry by
-id *and* by the hash this connection committed, so on a ledger replaced or rewound
-under the connection it matches no row and is not written (keyed, the hash cannot be
-forged); the next charge's checks refuse such a ledger. On PostgreSQL its own
+binding, nor the head record (which does not cover outcomes: each outcome's MAC binds
+it to its entry's hash), and it names its entry by id *and* by the hash this
+connection committed, so on a ledger replaced or rewound under the connection it
+matches no row and is not written (keyed, the hash cannot be forged); the next charge's
+checks refuse such a ledger. On PostgreSQL its own
 transaction takes no charge lock at all (it updates one ``entries`` row; chargers wait
 only for the id row); on SQLite it holds the file's write lock for its UPDATEs and
 commit; neither holds anything across execution.
@@ -199,11 +199,10 @@ class Charging:
         The outcome is queued and written with this connection's next write (see the
         module docstring and :mod:`dpsql.ledger.outcomes`); this call does no I/O,
         unless it stores an answer for the answer cache (``also``), which is written
-        before it returns. The
-        charge itself stays whatever happens: an outcome that cannot be written (a
-        full disk, a lock held too long, a charge missing from a replaced ledger) goes
-        to the owner's log. A charge this connection did not make (or made too long ago
-        to remember its hash) is finished under the full checks.
+        before it returns. The charge itself stays whatever happens: an outcome that
+        cannot be written (a full disk, a lock held too long, a charge missing from a
+        replaced ledger) goes to the owner's log. A charge this connection did not make
+        (or made too long ago to remember its hash) is finished under the full checks.
 
         Args:
             also: ``also(db, prefix, mac)`` writes in the outcome's transaction (the
