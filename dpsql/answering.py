@@ -226,6 +226,12 @@ def settle_grids(plan, expression, schema, backend):
         # otherwise adds in floating point (dpsql.grid_units)
         types = dict(schema)
         for stat in plan.stats:
+            if stat.decimal is not None and stat.decimal.top:
+                # released as the exact sum: a DECIMAL of the summand's scale
+                # (dpsql.decimal_sums); anything else was added otherwise
+                t = types.get(stat.name)
+                if not _decimal_of_scale(t, stat.decimal.scale):
+                    raise RuntimeError(f"DECIMAL sum {stat.name} is typed {t}")
             if stat.grid is None:
                 continue
             for column in stat.columns:
@@ -233,6 +239,17 @@ def settle_grids(plan, expression, schema, backend):
                 if not _whole_type(t):
                     raise RuntimeError(f"gridded statistic {column} is typed {t}")
     return expression, schema
+
+
+def _decimal_of_scale(t: str | None, scale: int) -> bool:
+    """A DECIMAL of scale ``scale``.
+
+    >>> _decimal_of_scale("DECIMAL(38,2)", 2), _decimal_of_scale("DOUBLE", 2)
+    (True, False)
+    """
+    parsed = sqltypes.parse(t)
+    return (not parsed.array and parsed.base in sqltypes.DECIMAL_NAMES
+            and parsed.params[1:2] == (str(scale),))
 
 
 def _whole_type(t: str | None) -> bool:

@@ -43,6 +43,7 @@ from dpsql.backends import Backend, open_backend
 from dpsql.bias import bias_query
 from dpsql.catalog import Catalog, Table, load_catalog
 from dpsql.database_file import check_database_file, default_ledger_path
+from dpsql.decimal_sums import choose_sums
 from dpsql.errors import (
     BudgetExhaustedError,
     CatalogError,
@@ -54,7 +55,6 @@ from dpsql.errors import (
     UnsupportedQueryError,
 )
 from dpsql.explaining import Explaining
-from dpsql.grid_units import choose_grids
 from dpsql.keys import (
     float_key_type,
     keys_as_text,
@@ -520,7 +520,7 @@ class Connection(Explaining, Answering):
                     "one row to two users")
         stages.mark("analysis")
         traits = EngineTraits.of(backend)
-        choose_grids(plan, traits)  # recorded once, read by the rewrite and the noise
+        choose_sums(plan, traits, backend)  # recorded once, read by the rewrite and the noise
         expression = rewrite(plan, engine=traits)
         stages.mark("rewrite")
         return plan, expression, backend

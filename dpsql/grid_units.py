@@ -95,11 +95,14 @@ def grid_of(stat, engine) -> int | None:
     """The grid exponent ``k`` the engine should sum ``stat`` in, or None.
 
     A statistic is gridded when the engine sums grid units (``engine.grid_sums``), it
-    is not a count (counts add whole numbers: exact already), its mechanism is a grid
+    is not a count (counts add whole numbers: exact already), it is not a sum of rows
+    released as an exact DECIMAL (:mod:`dpsql.decimal_sums`), its mechanism is a grid
     mechanism, and one summand's units fit :data:`MAX_UNITS`.
     """
     if not getattr(engine, "grid_sums", False) or stat.rule.counts:
         return None
+    if stat.decimal is not None and stat.decimal.top:
+        return None  # released as the exact DECIMAL sum of rows (dpsql.decimal_sums)
     mechanism = stat.mechanism
     if not isinstance(mechanism, Grid):
         return None

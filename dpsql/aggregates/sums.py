@@ -51,16 +51,23 @@ class Sum(StatisticRule):
         return arg
 
     def argument(self, stat, aggregate: exp.Expression) -> exp.Expression:
-        """The analyst's per-row expression inside the aggregate built by :meth:`value`."""
+        """The analyst's per-row expression inside the aggregate built by :meth:`value`
+        (a DECIMAL sum's: the clamped value before its centre)."""
+        if stat.decimal is not None:
+            return aggregate.this.this if stat.center else aggregate.this
         return aggregate.this.this.this if stat.center else aggregate.this
 
     def aggregate(self, stat, plan):
+        if stat.decimal is not None:
+            # clamped and centred in one DECIMAL type from the start (dpsql.decimal_sums)
+            return exp.Sum(this=stat.decimal.value(stat.arg.copy(), stat.nullable))
         return exp.Sum(this=self.value(stat, stat.arg.copy()))
 
     def clamp(self, stat, aggregate):
         """Clamps the summed per-row value into the statistic's bounds, unless every
-        value it can take already lies inside them (:func:`literal_values_within`)."""
-        if not isinstance(aggregate, exp.Sum):
+        value it can take already lies inside them (:func:`literal_values_within`), or
+        :meth:`aggregate` wrote it clamped (a DECIMAL sum)."""
+        if not isinstance(aggregate, exp.Sum) or stat.decimal is not None:
             return
         arg = self.argument(stat, aggregate)
         if literal_values_within(arg, stat.interval.lower, stat.interval.upper):

@@ -14,6 +14,7 @@ from dpsql.analyze.bounds import Interval
 from dpsql.analyze.domains import Combinations
 from dpsql.analyze.scope import Scope
 from dpsql.catalog import Table
+from dpsql.decimal_sums import DecimalSum
 from dpsql.mechanisms import LaplaceThreshold, Noise
 from dpsql.mechanisms.quantile import Bins
 
@@ -42,6 +43,9 @@ class Statistic:
             number of grid units ``2^k`` (:mod:`dpsql.grid_units`); None: in value units.
             Set before the rewrite (and only there), read by the rewrite and the noise
             stage, so the SQL and the release agree on it.
+        decimal: how a sum of DECIMAL values is added exactly in the engine's own fixed
+            point (:mod:`dpsql.decimal_sums`); None: as :attr:`grid` says. Set before the
+            rewrite, with :attr:`grid`.
     """
 
     name: str
@@ -57,6 +61,7 @@ class Statistic:
     mechanism: Noise | None = None
     bins: Bins | None = None
     grid: int | None = None
+    decimal: DecimalSum | None = None
 
     @property
     def width(self) -> int:

@@ -56,6 +56,10 @@ class Backend(ABC):
     #: exactly as BIGINT grid units (:mod:`dpsql.grid_units`). Off: its sum is read in
     #: value units (PostgreSQL's exact NUMERIC).
     supports_grid_sums: bool = False
+    #: A sum of DECIMALs is added as DECIMALs, exactly, and the rewrite may write a
+    #: summand the engine types as a DECIMAL in one DECIMAL type
+    #: (:mod:`dpsql.decimal_sums`). Needs :meth:`engine_types`.
+    supports_decimal_sums: bool = False
     #: The engine enforces PRIMARY KEY/UNIQUE constraints (needed to join along foreign
     #: keys to the user: see :meth:`unique_columns`).
     supports_unique_constraints: bool = True

@@ -101,6 +101,7 @@ class DuckDBBackend(Backend):
     supports_hash = True
     supports_no_external_access = True
     supports_grid_sums = True  # BIGINT sums accumulate in HUGEINT: exact (dpsql.grid_units)
+    supports_decimal_sums = True  # DECIMAL sums accumulate in 128 bits: exact
 
     def __init__(self, database: str | Path | duckdb.DuckDBPyConnection,
                  limits: Limits | None = None):

@@ -18,7 +18,8 @@ most ``M`` units, at most ``L∞``. The noise stage rounds that total to the gri
 keeps the rounding error of a release below half a grid step whatever the number of
 users (rounded per user, 1M users' partials drifted past the error bars at ε = 10).
 In the per-user step, the partial's own SUM over the user's rows is taken in the same
-fine grid (:func:`dpsql.sqlbuild.fine_sum`). Which statistics are gridded is decided
+fine grid (:func:`dpsql.sqlbuild.fine_sum`), or as the exact DECIMAL sum the aggregate
+rule wrote (:mod:`dpsql.decimal_sums`). Which statistics are gridded is decided
 before the rewrite (:func:`dpsql.grid_units.choose_grids`), never here: the pass only
 writes what the plan records, and fails (before the charge: an internal error, as
 :meth:`dpsql.Connection.execute` reports a bug) on a statistic recorded as gridded whose
@@ -95,7 +96,8 @@ def _exact_partials(expression: exp.Select, by_column: dict) -> None:
         return
     for item in per_user.expressions:
         stat = by_column.get(item.alias_or_name)
-        if stat is None:
+        if stat is None or stat.decimal is not None:
+            # a DECIMAL sum's partial is exact already (dpsql.decimal_sums)
             continue
         j = fine_exponent(stat.linf, stat.grid)
         for total in list(item.find_all(exp.Sum)):

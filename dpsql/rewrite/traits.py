@@ -35,12 +35,16 @@ class EngineTraits:
             :func:`dpsql.grid_units.choose_grids` records which statistics, and
             :mod:`dpsql.rewrite.grid_sums` writes their SQL. Off by default (the golden
             fixtures' traits), and on engines that keep the floating-point sums.
+        decimal_sums: the engine adds DECIMALs exactly and a sum whose summand it types
+            as a DECIMAL is added as one (the backend's ``supports_decimal_sums``:
+            DuckDB): :func:`dpsql.decimal_sums.choose_decimals` records which statistics.
     """
 
     reuse_ctes: bool = True
     filter_after_grouping: bool = True
     exact_summands: bool = True
     grid_sums: bool = False
+    decimal_sums: bool = False
 
     @classmethod
     def of(cls, backend) -> EngineTraits:
@@ -48,7 +52,8 @@ class EngineTraits:
         return cls(reuse_ctes=backend.supports_materialized_ctes,
                    filter_after_grouping=backend.supports_key_filter_after_grouping,
                    exact_summands=backend.supports_exact_summands,
-                   grid_sums=backend.supports_grid_sums)
+                   grid_sums=backend.supports_grid_sums,
+                   decimal_sums=backend.supports_decimal_sums)
 
 
 #: The traits of an engine that materialises CTEs (DuckDB, PostgreSQL, SQLite).

@@ -1,0 +1,161 @@
+"""A sum the engine types as a DECIMAL is added as DECIMALs, exactly (dpsql.decimal_sums).
+
+Each test pins a release or a per-user partial against the exact arithmetic of the
+clamped values, computed here in Python's own decimals, so a construction that let a row
+past its bound, converted it to a float, or read the exact sum as grid units fails.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from fractions import Fraction
+from types import SimpleNamespace
+
+import duckdb
+import numpy as np
+import pytest
+
+import dpsql
+from dpsql.decimal_sums import DecimalSum, decide
+from dpsql.mechanisms.laplace import DiscreteLaplace
+
+LOW, HIGH = Decimal("-1.25"), Decimal("2.5")
+
+
+def _catalog(max_rows: int) -> dict:
+    return {"tables": {"t": {"user_key": "pid", "max_rows": max_rows, "columns": {
+        "pid": {"type": "int"}, "g": {"type": "int", "values": [0, 1]},
+        "x": {"type": "float", "lower": float(LOW), "upper": float(HIGH), "nullable": True}}}}}
+
+
+def _table(rows: list[tuple], unique: bool, threads: int | None = None):
+    con = duckdb.connect()
+    if threads:
+        con.execute(f"SET threads = {threads}")
+    key = "PRIMARY KEY" if unique else ""
+    con.execute(f"CREATE TABLE t (pid INTEGER {key}, g INTEGER, x DECIMAL(15,2))")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+    return con
+
+
+def _grid(stat: dict) -> Fraction:
+    """The grid step of a statistic's grid mechanism (as tests/privacy/test_float_sums)."""
+    return Fraction(2) ** (math.floor(math.log2(stat["scale"])) - 12)
+
+
+def _clamped(x: str | None) -> Decimal | None:
+    return None if x is None else min(max(Decimal(x), LOW), HIGH)
+
+
+ROWS = [(0, 0, "0.10"), (1, 1, "2.49"), (2, 0, "7.00"), (3, 1, None), (4, 0, "-3.33"),
+        (5, 1, "1.11"), (6, 0, "2.50"), (7, 1, "-1.25")]
+
+
+@pytest.fixture
+def no_noise(monkeypatch):
+    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+
+
+def test_one_row_per_user_releases_the_exact_clamped_total(no_noise):
+    """Where the database keeps the user key unique, the released SUM is the exact total
+    of the clamped DECIMALs rounded once to the grid (rows past a bound count as the
+    bound, NULL as nothing), and the AVG's centred sum likewise."""
+    con = _table(ROWS, unique=True)
+    values = [_clamped(x) for _, _, x in ROWS]
+    with dpsql.connect(con, catalog=_catalog(1), budget=(100, 0.5), ledger=":memory:") as conn:
+        result = conn.execute("SELECT SUM(x) FROM t", epsilon=1.0)
+        assert "DECIMAL(15, 2)" in result.sql and "DOUBLE" not in result.sql, result.sql
+        g = _grid(conn.explain("SELECT SUM(x) FROM t", epsilon=1.0).statistics[0])
+        total = Fraction(sum(v for v in values if v is not None))
+        assert Fraction(result.rows[0][0]) == round(total / g) * g
+
+        avg = conn.execute("SELECT AVG(x) FROM t", epsilon=1.0)
+        stats = conn.explain("SELECT AVG(x) FROM t", epsilon=1.0).statistics
+        g, center = _grid(stats[0]), Fraction(LOW + HIGH) / 2
+        present = [Fraction(v) for v in values if v is not None]
+        centred = sum(v - center for v in present)
+        expected = center + round(centred / g) * g / len(present)
+        assert Fraction(avg.rows[0][0]) == expected
+
+
+def test_one_user_past_the_bound_moves_the_release_by_at_most_the_units_counted(no_noise):
+    def released(rows):
+        con = _table(rows, unique=True)
+        with dpsql.connect(con, catalog=_catalog(1), budget=(100, 0.5),
+                           ledger=":memory:") as conn:
+            stat = conn.explain("SELECT SUM(x) FROM t", epsilon=1.0).statistics[0]
+            return Fraction(conn.execute("SELECT SUM(x) FROM t", epsilon=1.0).rows[0][0]), stat
+
+    before, stat = released(ROWS)
+    after, _ = released([*ROWS, (99, 0, "9999999999999.99")])
+    g = _grid(stat)
+    counted = math.floor(Fraction(stat["linf"]) / g) + 1
+    assert after - before == round(Fraction(HIGH) / g) * g  # the bound, exactly
+    assert abs(after - before) / g <= counted
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT g, SUM(x) FROM t GROUP BY g",
+    "SELECT g, AVG(x) FROM t GROUP BY g",
+])
+def test_every_users_decimal_partial_is_exact_in_any_order(sql):
+    """The per-user step's partials, read straight from the checked SQL's ``__per_user``
+    step, are the exact sums of the user's clamped DECIMALs as the nearest double (each
+    user has at most ``max_rows`` rows here, so no rescale), bit for bit the same with the
+    rows stored forwards and backwards (one thread: storage order is the order of
+    addition)."""
+    from tests.support import checked, prepare
+
+    rng = np.random.default_rng(7)
+    rows = [(u, u % 2, f"{x:.2f}") for u in range(300)
+            for x in rng.uniform(-2, 3, size=rng.integers(1, 4))]
+    answers = []
+    for stored in (rows, rows[::-1]):
+        con = _table(stored, unique=False, threads=1)
+        with dpsql.connect(con, catalog=_catalog(3), budget=(10, 0.5),
+                           ledger=":memory:") as conn:
+            plan, expression, backend = prepare(conn, sql, 1.0)
+            expression, _ = checked(conn, plan, expression, backend)
+            stat = plan.stats[0]
+            assert stat.decimal is not None and not stat.decimal.top, stat
+            assert stat.grid is not None  # the partials' total is gridded as before
+            per_user = expression.args["with_"].expressions[0]
+            assert per_user.alias == "__per_user", per_user.sql()
+            query = per_user.this.sql(dialect="duckdb")
+            got = {(r[0], r[1]): r[2] for r in con.execute(query).fetchall()}
+            answers.append(got)
+            center = Decimal(str(stat.center))
+            for (user, _g), partial in got.items():
+                exact = sum(_clamped(x) - center for u, _, x in rows if u == user)
+                if stat.center:  # times min(n, R) / n = 1 in DOUBLE: within an ulp
+                    assert math.isclose(partial, exact, rel_tol=2**-50), (user, partial)
+                else:  # the exact sum, then the nearest double
+                    assert partial == float(exact), (user, partial, exact)
+    assert answers[0] == answers[1]
+
+
+def test_decide_takes_the_engines_decimal_and_refuses_what_does_not_fit():
+    def stat(low, high, center=0.0, linf=None):
+        linf = max(abs(low - center), abs(high - center)) if linf is None else linf
+        return SimpleNamespace(interval=SimpleNamespace(lower=low, upper=high),
+                               center=center, linf=linf)
+
+    # the catalog's 0.3 is the float 0.29999999999999998890: kept as written, not 0.2
+    assert decide(stat(0.0, 0.3), "DECIMAL(15,1)", top=False).upper == Decimal("0.3")
+    # with one row per user, a row then moves the exact total by 0.3 > L∞ (the float):
+    # the binary grid instead
+    assert decide(stat(0.0, 0.3), "DECIMAL(15,1)", top=True) is None
+    # a bound with more places than the sum's is rounded inwards
+    d = decide(stat(0.005, 0.125, linf=0.125), "DECIMAL(15,2)", top=True)
+    assert (d.lower, d.upper, d.scale) == (Decimal("0.01"), Decimal("0.12"), 2)
+    # the centre's places widen the type: 0.625 needs three
+    assert decide(stat(-1.25, 2.5, 0.625), "DECIMAL(15,2)", top=True) == DecimalSum(
+        16, 3, Decimal("-1.25"), Decimal("2.5"), Decimal("0.625"), True)
+    # too wide to sum 2^48 rows inside DECIMAL(38), a float, an integer: the binary grid
+    assert decide(stat(0.0, 1.0), "DECIMAL(38,10)", top=False) is None
+    assert decide(stat(0.0, 1.0), "DOUBLE", top=False) is None
+    assert decide(stat(0.0, 1.0), "BIGINT", top=False) is None
+    # a bound past the type's range: no clamp on that side (no value reaches it)
+    d = decide(stat(-1e30, 1.0, linf=1e30), "DECIMAL(4,2)", top=True)
+    assert (d.lower, d.upper) == (None, Decimal("1"))
