@@ -72,7 +72,8 @@ cache keeps it with the plan. It is taken again, before the charge, after
 one; the engine rewrites the query when it changed
 (:meth:`dpsql.Connection._check`), so what the SQL computes and what the noise stage
 reads cannot disagree. Engines without the trait (PostgreSQL, whose NUMERIC sums are
-exact already) get no grid.
+exact already) get no grid. Where DuckDB types a sum's summand as a DECIMAL, its rows
+are added as DECIMALs instead, exactly (:mod:`dpsql.decimal_sums`, decided first).
 """
 
 from __future__ import annotations

@@ -61,6 +61,8 @@ class Col:
     def kind(self) -> str:
         if self.sqltype in INT_RANGES:
             return "int"
+        if self.sqltype.startswith("DECIMAL"):  # summed as DECIMALs (dpsql.decimal_sums)
+            return "float"
         return {"DOUBLE": "float", "VARCHAR": "str", "DATE": "date"}[self.sqltype]
 
     @property
@@ -219,7 +221,8 @@ def worlds(draw) -> Generated:
             Col("age", age_type, lo, hi, nullable=draw(st.booleans())),
             text_col("name", ("a", "b", "c")),
             Col("born", "DATE", "2000-01-01", "2000-12-31"),
-            Col("score", "DOUBLE", *draw(st.sampled_from([(0, 10), (-5, 5)])),
+            Col("score", draw(st.sampled_from(["DOUBLE", "DECIMAL(6,2)"])),
+                *draw(st.sampled_from([(0, 10), (-5, 5)])),
                 nullable=draw(st.booleans())),
         ], user_key="uid", max_groups=g, max_rows=r)
     if "visits" in names:
@@ -229,7 +232,8 @@ def worlds(draw) -> Generated:
             Col("vid", "INTEGER", constraint=draw(st.sampled_from(["UNIQUE", ""]))),
             Col("day", "DATE", "2021-01-01", "2021-03-31"),
             Col("place", "INTEGER", values=draw(st.sampled_from([None, (1, 2, 3, 4)]))),
-            Col("amount", "DOUBLE", 0, 100, nullable=draw(st.booleans())),
+            Col("amount", draw(st.sampled_from(["DOUBLE", "DECIMAL(12,2)"])), 0, 100,
+                nullable=draw(st.booleans())),
             text_col("cat", ("x", "y")),
         ], user_key="uid", max_groups=g, max_rows=r)
     if "orders" in names:
@@ -239,7 +243,7 @@ def worlds(draw) -> Generated:
             Col("oid", "INTEGER", constraint=draw(st.sampled_from(
                 ["PRIMARY KEY", "PRIMARY KEY", "UNIQUE", ""]))),
             key_col(),
-            Col("total", "DOUBLE", 0, 1000),
+            Col("total", draw(st.sampled_from(["DOUBLE", "DECIMAL(15,2)"])), 0, 1000),
             Col("status", "VARCHAR", values=("F", "O", "P")),
             Col("qty", qty_type, 0, 50),
         ], user_key="uid", max_groups=g, max_rows=r)
@@ -249,7 +253,7 @@ def worlds(draw) -> Generated:
             Col("iid", "INTEGER"),
             Col("oid", "INTEGER"),
             Col("qty", int_type(("TINYINT", "SMALLINT", "BIGINT")), 0, 20),
-            Col("price", "DOUBLE", 0, 100),
+            Col("price", draw(st.sampled_from(["DOUBLE", "DECIMAL(9,2)"])), 0, 100),
             Col("flag", "VARCHAR", values=("A", "N", "R")),
         ], max_groups=g, max_rows=r, path=[
             {"column": "oid", "references": "orders.oid"},
@@ -263,7 +267,7 @@ def worlds(draw) -> Generated:
             Col("val", val_type, lo, hi),
             Col("region", "INTEGER", values=draw(st.sampled_from([None, (1, 2, 3)]))),
             Col("place", "INTEGER"),
-            Col("w", "DOUBLE", 0, 1),
+            Col("w", draw(st.sampled_from(["DOUBLE", "DECIMAL(4,3)"])), 0, 1),
         ], max_groups=draw(st.sampled_from([1, 2])), max_rows=1)
     if "places" in publics:
         tables["places"] = TableMeta("places", "public", [
@@ -369,6 +373,13 @@ def worlds(draw) -> Generated:
             if col.lower is not None:
                 pool += [col.lower, col.upper, col.upper + 1, col.lower - 1]
             pool = [p for p in pool if lo <= p <= hi]
+            return draw(st.sampled_from(pool + [None]))
+        if col.sqltype.startswith("DECIMAL"):  # what the type can hold, at its ends
+            p, s = (int(x) for x in col.sqltype[8:-1].split(","))
+            big = 10.0 ** (p - s) - 1
+            pool = [big, -big, 0.0, 10.0 ** -s, -(10.0 ** -s)]
+            if col.lower is not None:
+                pool += [col.lower, col.upper, min(big, col.upper + 1), max(-big, col.lower - 1)]
             return draw(st.sampled_from(pool + [None]))
         if col.kind == "float":
             pool = list(FLOAT_POOL) + ([col.lower, col.upper] if col.lower is not None else [])

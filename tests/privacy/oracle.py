@@ -442,9 +442,11 @@ def _copy_to_sqlite(world: World, duckdb_path: Path) -> Path:
     """The tables of a DuckDB file in a SQLite file: the same DDL, the same values.
 
     Dates become ISO text (dpsql's convention for SQLite), integers beyond 64 bits
-    become REAL (what SQLite itself would store), everything else is bound as is.
+    and DECIMALs become REAL (what SQLite itself would store), everything else is bound
+    as is.
     """
     import datetime
+    import decimal
     import sqlite3
 
     target = duckdb_path.with_suffix(".sqlite")
@@ -463,6 +465,7 @@ def _copy_to_sqlite(world: World, duckdb_path: Path) -> Path:
             converted = [tuple(
                 v.isoformat() if isinstance(v, datetime.date)
                 else float(v) if isinstance(v, int) and not -(2**63) <= v < 2**63
+                else float(v) if isinstance(v, decimal.Decimal)
                 else v for v in row) for row in rows]
             con.executemany(f'INSERT INTO "{table}" VALUES ({marks})', converted)
         con.commit()
