@@ -11,14 +11,14 @@ Here such a statistic's per-row value is written as
 
     ``d = LEAST(GREATEST(TRY_CAST(arg AS DECIMAL(P, s)), L'), U')``, then ``d − c'``,
 
-with ``s >= t`` the scale (also the places of the centre's shortest decimal text),
-``P = p − t + s`` (a widening cast: exact, NULL only for a NULL ``arg``), ``L'``,
-``U'`` and ``c'`` the bounds and the centre in ``s`` places (their shortest decimal text,
-within half an ulp of the float, or for a bound with more places, the bound rounded
-inwards: :func:`_bound`), all written as ``CAST('…' AS DECIMAL(P, s))``, so that every
-operand of the clamp and of the subtraction has one type and nothing is converted
-implicitly. The engine's SUM of them is
-a DECIMAL(38, s), exact: fewer than ``2^48`` rows of at most 23 digits stay below
+with ``s >= t`` the scale (:func:`decide`: the centre's places, and the bounds' as far as
+the binary fine grid would resolve them), ``P = p − t + s`` (a widening cast: exact, NULL
+only for a NULL ``arg``), ``L'``, ``U'`` and ``c'`` the bounds and the centre in ``s``
+places (their shortest decimal text, within half an ulp of the float, or for a bound
+with more places, the bound rounded outwards: :func:`_bound`), all written as
+``CAST('…' AS DECIMAL(P, s))``, so that every operand of the clamp and of the
+subtraction has one type and nothing is converted implicitly. The engine's SUM of them
+is a DECIMAL(38, s), exact: fewer than ``2^48`` rows of at most 23 digits stay below
 ``10^38`` (:data:`dpsql.backends.duckdb_total.SUM_DECIMAL_DIGITS`).
 
 Why it is sound, whatever the engine did (the type of ``arg`` only picks ``s``, for speed
@@ -143,30 +143,51 @@ def places(x: float) -> int:
     return max(0, -exponent) if isinstance(exponent, int) else 0
 
 
-def _bound(x: float, s: int, inwards) -> Decimal:
+def _bound(x: float, s: int, outwards) -> Decimal:
     """A bound in ``s`` places: its shortest text where that has no more places (the
-    number the catalog's author wrote: the float 0.3 is 0.299999999999999989, and
-    rounded down to one place it would be 0.2), else the float rounded inwards
-    (``inwards``: ``math.ceil`` for a lower bound, ``math.floor`` for an upper one).
+    number the catalog's author wrote: the float 0.3 is 0.299999999999999989), else the
+    float rounded outwards (``outwards``: ``math.floor`` for a lower bound,
+    ``math.ceil`` for an upper one), so that no value inside the bound is clamped.
 
-    >>> _bound(0.3, 1, math.floor), _bound(0.125, 2, math.floor), _bound(0.125, 2, math.ceil)
-    (Decimal('0.3'), Decimal('0.12'), Decimal('0.13'))
+    >>> _bound(0.3, 1, math.ceil), _bound(0.30000000000000004, 2, math.floor)
+    (Decimal('0.3'), Decimal('0.30'))
     """
-    text = shortest(x)
     if places(x) <= s:
-        return text
-    return Decimal(inwards(Fraction(x) * 10**s)).scaleb(-s)
+        return shortest(x)
+    return Decimal(outwards(Fraction(x) * 10**s)).scaleb(-s)
 
 
-def decide(stat, type_name: str | None, top: bool) -> DecimalSum | None:
+def _fine_places(fine: int) -> int:
+    """The fewest places ``s`` with ``10^-s <= 2^(fine - 1)``: a bound rounded to ``s``
+    places moves a clamped row by less than half a step of the binary fine grid
+    ``2^fine`` the same sum would otherwise be added in (:mod:`dpsql.grid_units`).
+
+    >>> _fine_places(0), _fine_places(-16), _fine_places(-30)
+    (1, 6, 10)
+    """
+    s = 0
+    while s <= MAX_SCALE and 10**s < 2 ** (1 - fine):
+        s += 1
+    return s
+
+
+def decide(stat, type_name: str | None, top: bool, fine: int) -> DecimalSum | None:
     """The DECIMAL sum for ``stat`` whose summand the engine types ``type_name``, or None.
+
+    The scale ``s`` holds the type's own places ``t`` and the centre's shortest text
+    (exactly: the released average adds the float centre back), and the bounds' shortest
+    text up to :func:`_fine_places` of ``fine`` (the binary fine grid's exponent); a
+    bound with more places is rounded outwards, so that a row inside the bounds is
+    never clamped and one outside is clamped less than half a fine step from the bound
+    (a rounding the binary grid makes on every row). A bound or centre beyond what
+    23 digits hold, or a type of more: None (the binary grid).
 
     >>> from types import SimpleNamespace as S
     >>> stat = S(interval=S(lower=-1000.0, upper=10000.0), center=4500.0, linf=5500.0)
-    >>> decide(stat, "DECIMAL(15,2)", top=True)  # doctest: +NORMALIZE_WHITESPACE
+    >>> decide(stat, "DECIMAL(15,2)", top=True, fine=-30)  # doctest: +NORMALIZE_WHITESPACE
     DecimalSum(precision=15, scale=2, lower=Decimal('-1E+3'), upper=Decimal('1E+4'),
                center=Decimal('4.5E+3'), top=True)
-    >>> decide(stat, "DOUBLE", top=True) is None
+    >>> decide(stat, "DOUBLE", top=True, fine=-30) is None
     True
     """
     parsed = sqltypes.parse(type_name)
@@ -180,12 +201,14 @@ def decide(stat, type_name: str | None, top: bool) -> DecimalSum | None:
     bounds = [low, high] + ([center] if center else [])
     if not all(isinstance(b, int | float) and abs(b) < float("inf") for b in bounds):
         return None
-    s = max(t, places(center)) if center else t
-    P = p - t + s
-    if s > MAX_SCALE or P + (1 if center else 0) > MAX_DIGITS:
+    most = min(MAX_SCALE, MAX_DIGITS - (p - t) - (1 if center else 0))
+    wanted = min(max(places(low), places(high)), _fine_places(fine))
+    s = min(max(t, places(center) if center else 0, wanted), most)
+    if s < t or (center and places(center) > s):
         return None
+    P = p - t + s
     largest = Decimal(10) ** (P - s) - Decimal(10) ** -s  # the type's largest value
-    lower, upper = _bound(low, s, math.ceil), _bound(high, s, math.floor)
+    lower, upper = _bound(low, s, math.floor), _bound(high, s, math.ceil)
     c = shortest(center) if center else None
     if lower > upper or (c is not None and abs(c) > largest):
         return None
@@ -220,9 +243,12 @@ def choose_decimals(plan, engine, summand_types: dict[str, str | None]) -> None:
     """Records on each candidate statistic of ``plan`` its DECIMAL sum (before the
     rewrite, before :func:`dpsql.grid_units.choose_grids`, which leaves a ``top`` one
     ungridded). ``summand_types``: the engine's type of each statistic's summand."""
+    from dpsql.grid_units import fine_exponent, grid_of
+
     top = plan.uid is None or plan.one_row_per_user
     for stat in candidates(plan, engine):
-        stat.decimal = decide(stat, summand_types.get(stat.name), top)
+        fine = fine_exponent(stat.linf, grid_of(stat, engine))
+        stat.decimal = decide(stat, summand_types.get(stat.name), top, fine)
 
 
 def choose_sums(plan, engine, backend) -> None:

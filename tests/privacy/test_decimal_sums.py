@@ -142,20 +142,50 @@ def test_decide_takes_the_engines_decimal_and_refuses_what_does_not_fit():
                                center=center, linf=linf)
 
     # the catalog's 0.3 is the float 0.29999999999999998890: kept as written, not 0.2
-    assert decide(stat(0.0, 0.3), "DECIMAL(15,1)", top=False).upper == Decimal("0.3")
+    assert decide(stat(0.0, 0.3), "DECIMAL(15,1)", top=False, fine=-30).upper == Decimal("0.3")
     # with one row per user, a row then moves the exact total by 0.3 > L∞ (the float):
     # the binary grid instead
-    assert decide(stat(0.0, 0.3), "DECIMAL(15,1)", top=True) is None
-    # a bound with more places than the sum's is rounded inwards
-    d = decide(stat(0.005, 0.125, linf=0.125), "DECIMAL(15,2)", top=True)
-    assert (d.lower, d.upper, d.scale) == (Decimal("0.01"), Decimal("0.12"), 2)
+    assert decide(stat(0.0, 0.3), "DECIMAL(15,1)", top=True, fine=-30) is None
+    # a bound with more places than the column widens the sum's scale: rounded inwards to
+    # the column's, a bound of 0.5 on whole numbers clamped every 0 to 1 (attack review)
+    d = decide(stat(0.005, 0.125, linf=0.125), "DECIMAL(15,2)", top=True, fine=-30)
+    assert (d.lower, d.upper, d.scale) == (Decimal("0.005"), Decimal("0.125"), 3)
+    d = decide(stat(0.5, 3.5), "DECIMAL(4,0)", top=True, fine=-30)
+    assert (d.lower, d.upper, d.scale, d.precision) == (Decimal("0.5"), Decimal("3.5"), 1, 5)
+    # ... as far as the binary fine grid would resolve it; beyond, rounded outwards: the
+    # interval of 3·x for x >= 0.1 starts at 0.30000000000000004, and rounded inwards
+    # to 0.31 it clamped every row at 0.30 up (attack review)
+    d = decide(stat(0.30000000000000004, 30.0), "DECIMAL(11,2)", top=False, fine=-30)
+    assert (d.lower, d.scale) == (Decimal("0.3000000000"), 10)
     # the centre's places widen the type: 0.625 needs three
-    assert decide(stat(-1.25, 2.5, 0.625), "DECIMAL(15,2)", top=True) == DecimalSum(
+    assert decide(stat(-1.25, 2.5, 0.625), "DECIMAL(15,2)", top=True, fine=-30) == DecimalSum(
         16, 3, Decimal("-1.25"), Decimal("2.5"), Decimal("0.625"), True)
     # too wide to sum 2^48 rows inside DECIMAL(38), a float, an integer: the binary grid
-    assert decide(stat(0.0, 1.0), "DECIMAL(38,10)", top=False) is None
-    assert decide(stat(0.0, 1.0), "DOUBLE", top=False) is None
-    assert decide(stat(0.0, 1.0), "BIGINT", top=False) is None
+    assert decide(stat(0.0, 1.0), "DECIMAL(38,10)", top=False, fine=-30) is None
+    assert decide(stat(0.0, 1.0), "DOUBLE", top=False, fine=-30) is None
+    assert decide(stat(0.0, 1.0), "BIGINT", top=False, fine=-30) is None
     # a bound past the type's range: no clamp on that side (no value reaches it)
-    d = decide(stat(-1e30, 1.0, linf=1e30), "DECIMAL(4,2)", top=True)
+    d = decide(stat(-1e30, 1.0, linf=1e30), "DECIMAL(4,2)", top=True, fine=-30)
     assert (d.lower, d.upper) == (None, Decimal("1"))
+
+
+@pytest.mark.parametrize("column, bounds, rows, sql, exact", [
+    # every 0 clamped up to 0.5: rounded to the column's whole numbers, the bound was 0,
+    # and inwards 1 (attack review)
+    ("DECIMAL(4,0)", (0.5, 3.5), ["0"] * 1000, "SELECT SUM(x) FROM t", Fraction(500)),
+    # 3 · 0.10 is at the expression's lower bound, the float 0.30000000000000004: it
+    # stays 0.30 (rounded inwards to the column's places, the bound clamped it to 0.31)
+    ("DECIMAL(10,2)", (0.1, 10.0), ["0.10"] * 1000, "SELECT SUM(x * 3) FROM t",
+     Fraction(300)),
+])
+def test_a_bound_is_clamped_to_as_written(no_noise, column, bounds, rows, sql, exact):
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t (pid INTEGER PRIMARY KEY, x {column})")
+    con.executemany("INSERT INTO t VALUES (?, ?)", list(enumerate(rows)))
+    catalog = {"tables": {"t": {"user_key": "pid", "max_rows": 1, "columns": {
+        "pid": {"type": "int"}, "x": {"type": "float", "lower": bounds[0], "upper": bounds[1]}}}}}
+    with dpsql.connect(con, catalog=catalog, budget=(10, 0.5), ledger=":memory:") as conn:
+        result = conn.execute(sql, epsilon=1.0)
+        assert "DECIMAL" in result.sql and "DOUBLE" not in result.sql, result.sql
+        g = _grid(conn.explain(sql, epsilon=1.0).statistics[0])
+        assert abs(Fraction(result.rows[0][0]) - exact) <= g
