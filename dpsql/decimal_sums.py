@@ -29,8 +29,11 @@ and so that no row is rounded; it is never trusted for privacy):
   engine adds them (the property :mod:`dpsql.grid_units` needs of a partial). What
   follows is unchanged: the rescale to ``max_rows`` rows' worth, the clamp to the
   partial's range, computed in DOUBLE from that value, and the fine grid units of the
-  released sum (the partial's clamp, not the rows', is what bounds a user: ``L'`` or ``c'``
-  a hair from ``L`` or ``c`` changes nothing there).
+  released sum. The partial's clamp, not the rows', is what bounds a user, so ``L'`` or
+  ``c'`` a hair from ``L`` or ``c`` costs no privacy there; for the answer, a bound is
+  kept as written or moved by less than half a step of the binary fine grid
+  (:func:`decide`; rounded inwards to the column's places, a bound of 0.5 on whole
+  numbers had clamped every 0 to 1: attack review).
 * **One row per user** (``top`` True: no per-user step). The released statistic is the
   exact ``SUM(d − c')`` itself, not gridded (``Statistic.grid`` None); the noise stage
   rounds that exact DECIMAL to the noise's grid once
