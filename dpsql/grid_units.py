@@ -29,8 +29,10 @@ Why the privacy map is unchanged. Each summand ``p`` is one user's partial in on
 * The integer sum is exact: DuckDB sums BIGINT into a 128-bit HUGEINT, Spark into a
   DECIMAL(38, 0) (:func:`dpsql.backends.spark_dialect.spark_sums`; its cast to BIGINT
   rounds first, half up or half to even), SQLite in Python integers
-  (:class:`dpsql.backends.sqlite.ExactSum`; a total beyond ``2^63``, which SQLite
-  cannot hold, comes back as the nearest double), and fewer than ``2^48`` rows
+  (:class:`dpsql.backends.sqlite.ExactSum`, chosen where the clamped units are certainly
+  integers: :func:`dpsql.backends.sqlite_dialect._whole`; the total a query returns,
+  beyond ``2^63``, which SQLite cannot hold, comes back as its digits:
+  :class:`~dpsql.backends.sqlite.ExactSumOut`), and fewer than ``2^48`` rows
   (:data:`dpsql.backends.total.MAX_ROWS`) of at most ``2^61`` units stay below
   ``2^109``. ``M`` is written as an integer literal, and before the charge an engine
   that reports types must have typed each gridded column as an integer (or a DECIMAL

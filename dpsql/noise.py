@@ -126,6 +126,8 @@ def _number(value, integer: bool, keep_decimal: bool = False):
 def _number_in_context(value, integer: bool, keep_decimal: bool):
     if value is None:  # SUM over only NULLs
         return 0
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        value = _digits(value)  # SQLite's exact integer total beyond 2^63, as digits
     if integer and isinstance(value, int):
         return int(value)
     if integer and isinstance(value, Decimal) and value.is_finite() \
@@ -147,6 +149,18 @@ def _number_in_context(value, integer: bool, keep_decimal: bool):
     return number
 
 
+def _digits(text: str) -> int:
+    """An integer written in decimal digits (SQLite's exact totals beyond 2^63:
+    :class:`dpsql.backends.sqlite.ExactSumOut`); anything else reads as 0, never raises.
+
+    >>> _digits("-9223372036854775809"), _digits("1e5"), _digits("x" * 5000)
+    (-9223372036854775809, 0, 0)
+    """
+    if not 0 < len(text) <= 60 or not text.lstrip("-").isdigit():
+        return 0
+    return int(text)
+
+
 def read_units(value) -> int:
     """A gridded statistic's value from the engine (a HUGEINT) as whole units; total.
 
@@ -158,6 +172,8 @@ def read_units(value) -> int:
         return int(bool(value))
     if isinstance(value, int):
         return value
+    if isinstance(value, str):  # SQLite's exact total beyond 2^63, as its digits
+        return _digits(value)
     try:
         return round(value)
     except (TypeError, ValueError, OverflowError, ArithmeticError):

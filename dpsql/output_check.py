@@ -81,7 +81,8 @@ _PART_SLOTS = {exp.Extract: "this", exp.TimestampTrunc: "unit", exp.DateTrunc: "
 #: :attr:`~dpsql.backends.base.Backend.functions`; ``tests/test_engine_registry.py``
 #: keeps the two equal). Any engine's SQL may use any of them.
 FUNCTIONS = frozenset({
-    "hash", "dpsql_hash", "dpsql_fmod", "dpsql_utf8", "dpsql_isum", "datediff", "is_valid_utf8",
+    "hash", "dpsql_hash", "dpsql_fmod", "dpsql_utf8", "dpsql_isum", "dpsql_isum_out", "datediff",
+    "is_valid_utf8",
     "xxhash64",
     "pg_input_is_valid", "hash_record_extended",
     "try_add", "try_subtract", "try_multiply", "try_divide", "try_sum", "total", "div",

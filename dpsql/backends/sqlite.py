@@ -193,6 +193,29 @@ class ExactSum:
             self.guard.cancelled = True
 
 
+class ExactSumOut(ExactSum):
+    """``dpsql_isum_out``: :class:`ExactSum` for a sum the query returns, whose total
+    beyond SQLite's 64-bit integers comes back as its decimal digits (text), exactly,
+    not as the nearest float (:func:`dpsql.backends.sqlite_dialect.sqlite_sums`).
+
+    >>> s = ExactSumOut()
+    >>> for v in (2**62, 2**62, 1): s.step(v)
+    >>> s.finalize()
+    '9223372036854775809'
+    """
+
+    def finalize(self):
+        try:
+            if self.seen and not -(2**63) <= self.total < 2**63:
+                return str(self.total)
+        except KeyboardInterrupt:
+            self._cancel()
+            return None
+        except Exception:  # noqa: BLE001 - never an error after the charge
+            return None
+        return super().finalize()
+
+
 #: SQLite virtual-machine instructions between two calls of the timeout handler.
 _PROGRESS_STEPS = 10_000
 
@@ -235,6 +258,8 @@ def _connect_read_only(path: Path, guard: _Guard) -> sqlite3.Connection:
     con.create_function(sqlite_dialect.SQLITE_UTF8, 1, _own(utf8, guard), deterministic=True)
     con.create_aggregate(sqlite_dialect.SQLITE_ISUM, 1,
                          type("ExactSum", (ExactSum,), {"guard": guard}))
+    con.create_aggregate(sqlite_dialect.SQLITE_ISUM_OUT, 1,
+                         type("ExactSumOut", (ExactSumOut,), {"guard": guard}))
     con.execute("PRAGMA query_only = ON")
     con.execute("PRAGMA trusted_schema = OFF")
     con.execute("PRAGMA case_sensitive_like = ON")
@@ -450,7 +475,8 @@ def _own_function(node: exp.Expression, types: total.Types) -> bool:
     (NULL for any value they cannot read)."""
     name = str(node.this).upper()
     args = node.expressions
-    if name in ("TOTAL", "STRFTIME", "DATE", "DATETIME", sqlite_dialect.SQLITE_ISUM.upper()):
+    if name in ("TOTAL", "STRFTIME", "DATE", "DATETIME", sqlite_dialect.SQLITE_ISUM.upper(),
+                sqlite_dialect.SQLITE_ISUM_OUT.upper()):
         return True
     kind = _DPSQL_CASTS.get(name)
     if kind is None:

@@ -38,6 +38,8 @@ SQLITE_FMOD = "dpsql_fmod"
 SQLITE_UTF8 = "dpsql_utf8"
 #: SQLite: dpsql's exact integer sum (an aggregate registered on its connection).
 SQLITE_ISUM = "dpsql_isum"
+#: ... for a sum the query returns (a top-level column): beyond 64 bits, its digits as text
+SQLITE_ISUM_OUT = "dpsql_isum_out"
 
 
 #: Longest text (bytes) dpsql reads from an SQLite column; longer text reads as NULL.
@@ -282,6 +284,42 @@ def sqlite_fold_decimals(expression: exp.Expression, ctx: Context) -> exp.Expres
     return bottom_up(expression, fix)
 
 
+#: Casts whose value in SQLite is an INTEGER (or NULL).
+_INTEGER_CASTS = ("INT", "INTEGER", "BIGINT", "SMALLINT", "TINYINT")
+
+
+def _whole(node: exp.Expression) -> bool:
+    """Whether every value ``node`` takes is certainly an INTEGER or NULL in SQLite, by
+    its shape alone: integer literals, casts to INTEGER, and MIN, MAX, COALESCE, CASE
+    and negation of such (the grid sums' clamped units after
+    :func:`sqlite_greatest_least`). Nothing is taken on a column's word, and one branch
+    of unknown type makes the whole unknown: ``dpsql_isum`` rounds a fraction, which
+    would move a summand past its clamp.
+
+    >>> import sqlglot
+    >>> units = "MIN(COALESCE(CAST(x AS INTEGER), -3), 3)"
+    >>> _whole(sqlglot.parse_one(f"CASE WHEN c THEN NULL ELSE {units} END"))
+    True
+    >>> _whole(sqlglot.parse_one("MIN(COALESCE(x, -3), 3)"))
+    False
+    """
+    if isinstance(node, exp.Paren | exp.Neg):
+        return _whole(node.this)
+    if isinstance(node, exp.Null):
+        return True
+    if isinstance(node, exp.Literal):
+        return not node.is_string and node.this.isdigit()
+    if isinstance(node, exp.Cast):  # TRY_CAST too
+        return node.to.this.name in _INTEGER_CASTS
+    if isinstance(node, exp.Min | exp.Max | exp.Coalesce):
+        return all(_whole(e) for e in (node.this, *node.expressions))
+    if isinstance(node, exp.Case):
+        default = node.args.get("default")
+        return all(_whole(i.args.get("true")) for i in node.args.get("ifs") or []) and (
+            default is None or _whole(default))
+    return False
+
+
 def sqlite_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """``SUM`` of integers → ``dpsql_isum``, any other ``SUM`` → ``TOTAL``.
 
@@ -290,12 +328,20 @@ def sqlite_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
     (a user's integer values near 2^53 summed to different partials forwards and
     backwards: attack review). ``dpsql_isum`` (:class:`dpsql.backends.sqlite.ExactSum`)
     adds integers exactly in Python, never fails, and returns the total (a float beyond
-    2^63); grid units (:mod:`dpsql.rewrite.grid_sums`) and exact sums
-    (:func:`dpsql.sqlbuild.fine_sum`) are integers. TOTAL gives 0.0 instead of NULL
-    when there is nothing to add, which every statistic reads as 0 anyway."""
+    2^63, which SQL after it compares and scales as a number); grid units
+    (:mod:`dpsql.rewrite.grid_sums`) and exact sums (:func:`dpsql.sqlbuild.fine_sum`) are
+    integers. A sum the query returns as one of its own columns, read by nothing but
+    dpsql's noise stage, is ``dpsql_isum_out``: the same, but beyond 2^63 its exact
+    digits as text (:class:`dpsql.backends.sqlite.ExactSumOut`), which the noise stage
+    reads back exactly (:func:`dpsql.noise.read_units`): rounded to the nearest double,
+    a gridded total beyond 2^63 fine units could round past a grid line the exact total
+    stays short of. TOTAL gives 0.0 instead of NULL when there is nothing to add, which
+    every statistic reads as 0 anyway."""
     def fix(node):
-        if ctx.family(node.this) == INT:
-            return exp.Anonymous(this=SQLITE_ISUM, expressions=[node.this])
+        if ctx.family(node.this) == INT or _whole(node.this):
+            out = isinstance(node.parent, exp.Alias) and node.parent.parent is expression
+            return exp.Anonymous(this=SQLITE_ISUM_OUT if out else SQLITE_ISUM,
+                                 expressions=[node.this])
         return exp.Anonymous(this="TOTAL", expressions=[node.this])
     return replace_all(expression, exp.Sum, fix)
 
@@ -332,7 +378,8 @@ def sqlite_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
 
 #: Functions sqlglot does not model that these transforms write (each on
 #: :data:`dpsql.output_check.FUNCTIONS`): dpsql's own, TOTAL and the date functions.
-FUNCTIONS = frozenset({SQLITE_HASH, SQLITE_FMOD, SQLITE_UTF8, SQLITE_ISUM, "total",
+FUNCTIONS = frozenset({SQLITE_HASH, SQLITE_FMOD, SQLITE_UTF8, SQLITE_ISUM, SQLITE_ISUM_OUT,
+                       "total",
                        "strftime", "date", "datetime"})
 
 SQLITE = (sqlite_typed_tables, sqlite_try, sqlite_fold_decimals, sqlite_functions,

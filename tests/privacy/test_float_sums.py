@@ -261,3 +261,33 @@ def test_spark_partials_are_the_same_in_any_order(spark_session):
             per_user = final[:final.rindex(") SELECT ") + 1] + " SELECT * FROM __per_user"
             answers.append(sorted(tuple(r) for r in spark_session.sql(per_user).collect()))
     assert answers[0] == answers[1]
+
+
+def test_a_sqlite_total_beyond_2_63_fine_units_is_read_exactly(tmp_path, monkeypatch):
+    """SQLite holds no integer beyond 2^63: the gridded total a query returns comes back
+    as its digits (``dpsql_isum_out``), not as the nearest double. Here the fine grid is
+    2^-59 (a row of 2 is 2^60 units) and a grid unit 2^22 fine units; the total
+    2^63 + 2^21 + 1 is 2^41 + 0.5 + 2^-22 grid units, which rounds to 2^41 + 1, but the
+    nearest double 2^63 + 2^21 is half way, and rounds to even: 2^41, one unit less, as a
+    neighbour's release could be."""
+    from dpsql.grid_units import fine_exponent
+
+    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+    catalog = {"tables": {"t": {"user_key": "pid", "max_rows": 1, "columns": {
+        "pid": {"type": "int"}, "x": {"type": "float", "lower": 0, "upper": 2}}}}}
+    path = tmp_path / "big.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (pid INTEGER PRIMARY KEY, x REAL)")
+    con.executemany("INSERT INTO t VALUES (?, ?)",
+                    [(i, 2.0) for i in range(8)] + [(8, math.ldexp(2**21 + 1, -59))])
+    con.commit()
+    con.close()
+    epsilon = 2.0**26
+    with dpsql.connect(f"sqlite:///{path}", catalog=catalog, budget=(1e9, 0.5),
+                       ledger=":memory:") as conn:
+        stat = conn.explain("SELECT SUM(x) FROM t", epsilon=epsilon).statistics[0]
+        k = math.floor(math.log2(stat["scale"])) - 12
+        j = fine_exponent(stat["linf"], k)
+        assert (j, k - j) == (-59, 22), (k, j)
+        released = conn.execute("SELECT SUM(x) FROM t", epsilon=epsilon).rows[0][0]
+    assert released == math.ldexp(2**41 + 1, k)  # (2^41 units through a double)
