@@ -5,6 +5,7 @@ run, noise, post-processing and outcome."""
 from __future__ import annotations
 
 import dataclasses
+import decimal
 
 from dpsql import stages
 from dpsql.accuracy import selection_note
@@ -19,7 +20,7 @@ from dpsql.errors import (
     DpsqlError,
     QueryCancelled,
 )
-from dpsql.noise import add_noise
+from dpsql.noise import DECIMAL_CONTEXT, add_noise
 from dpsql.parse import parse
 from dpsql.plan_cache import Prepared, plan_key, typed
 from dpsql.postprocess import postprocess
@@ -62,7 +63,12 @@ class Answering:
         """Runs, adds noise and post-processes a charged query; every failure is
         recorded as the charge's outcome and keeps the charge."""
         try:
-            return self._answer(prepared, ask.alpha, ask.intervals)
+            # every DECIMAL step after the charge in dpsql's own context: the
+            # application's (a trapped FloatOperation, Inexact, a small precision) made
+            # the noise stage raise on an exact sum, and only when a row matched, an
+            # oracle of one person (attack review)
+            with decimal.localcontext(DECIMAL_CONTEXT):
+                return self._answer(prepared, ask.alpha, ask.intervals)
         except QueryCancelled:
             self._ledger.finish(charge, "cancelled")
             raise

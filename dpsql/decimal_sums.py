@@ -54,6 +54,7 @@ and ``s`` at most :data:`MAX_SCALE`.
 
 from __future__ import annotations
 
+import decimal
 import math
 from dataclasses import dataclass
 from decimal import Decimal
@@ -67,6 +68,11 @@ from dpsql import types as sqltypes
 #: integer literals by :func:`dpsql.sqlbuild.number`, then still fit the DECIMAL(38, s)
 #: a partial is clamped in).
 MAX_SCALE = 18
+#: The context every DECIMAL step of :func:`decide` runs in: wide, and any rounding or
+#: other condition raises (then the binary grid is used).
+_EXACT = decimal.Context(prec=200, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN,
+                         traps=[decimal.Inexact, decimal.Rounded, decimal.InvalidOperation,
+                                decimal.DivisionByZero, decimal.Overflow, decimal.Underflow])
 #: Most digits of a summand's DECIMAL type, the centring's extra digit included: DuckDB
 #: sums 2^48 of them exactly inside DECIMAL(38) (``duckdb_total.SUM_DECIMAL_DIGITS``).
 MAX_DIGITS = 23
@@ -200,6 +206,17 @@ def decide(stat, type_name: str | None, top: bool, fine: int) -> DecimalSum | No
         p, t = (int(x) for x in parsed.params)
     except ValueError:
         return None
+    try:
+        # dpsql's own context: the application's (a small precision, a trapped
+        # FloatOperation) had rounded the bounds, the centre and the D <= L∞ test
+        # (attack review); here any inexact step is refused, and the binary grid used
+        with decimal.localcontext(_EXACT):
+            return _decide(stat, p, t, top, fine)
+    except (decimal.DecimalException, ArithmeticError, ValueError):
+        return None
+
+
+def _decide(stat, p: int, t: int, top: bool, fine: int) -> DecimalSum | None:
     low, high, center = stat.interval.lower, stat.interval.upper, stat.center
     bounds = [low, high] + ([center] if center else [])
     if not all(isinstance(b, int | float) and abs(b) < float("inf") for b in bounds):
@@ -212,6 +229,9 @@ def decide(stat, type_name: str | None, top: bool, fine: int) -> DecimalSum | No
     P = p - t + s
     largest = Decimal(10) ** (P - s) - Decimal(10) ** -s  # the type's largest value
     lower, upper = _bound(low, s, math.floor), _bound(high, s, math.ceil)
+    half_step = Fraction(2) ** (fine - 1)
+    if Fraction(low) - Fraction(lower) > half_step or Fraction(upper) - Fraction(high) > half_step:
+        return None  # the scale is capped short of the bound's places: the binary grid
     c = shortest(center) if center else None
     if lower > upper or (c is not None and abs(c) > largest):
         return None

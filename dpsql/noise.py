@@ -91,9 +91,10 @@ def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
 
 #: Largest magnitude a statistic's value is read as (a float's largest finite value).
 _LARGEST = 1.7976931348623157e308
-_LARGEST_DECIMAL = Decimal(_LARGEST)
-#: The DECIMAL context :func:`_number` computes in: nothing trapped, the widest range.
-_CONTEXT = decimal.Context(prec=28, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN, traps=[])
+_LARGEST_DECIMAL = Decimal(int(_LARGEST))  # from the int: no FloatOperation at import
+#: The DECIMAL context :func:`_number` computes in, and everything after the charge
+#: (:meth:`dpsql.answer_flow.Answering._answer_charged`): nothing trapped, the widest range.
+DECIMAL_CONTEXT = decimal.Context(prec=28, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN, traps=[])
 
 
 def _number(value, integer: bool, keep_decimal: bool = False):
@@ -114,12 +115,12 @@ def _number(value, integer: bool, keep_decimal: bool = False):
     fuzzers in ``tests/privacy/`` assert wholeness instead). A NaN (only from values
     outside the clamps' reach) reads as 0 and an infinity as the largest float; both
     are then noised as any other value. DECIMAL arithmetic runs in a fixed context of
-    its own (:data:`_CONTEXT`, no traps): the application's context (an ``Inexact``
+    its own (:data:`DECIMAL_CONTEXT`, no traps): the application's context (an ``Inexact``
     trap, a small precision) must not make a value raise after the charge.
     """
     if not isinstance(value, Decimal):  # the hot path: ints and floats need no context
         return _number_in_context(value, integer, keep_decimal)
-    with decimal.localcontext(_CONTEXT):
+    with decimal.localcontext(DECIMAL_CONTEXT):
         return _number_in_context(value, integer, keep_decimal)
 
 

@@ -189,3 +189,73 @@ def test_a_bound_is_clamped_to_as_written(no_noise, column, bounds, rows, sql, e
         assert "DECIMAL" in result.sql and "DOUBLE" not in result.sql, result.sql
         g = _grid(conn.explain(sql, epsilon=1.0).statistics[0])
         assert abs(Fraction(result.rows[0][0]) - exact) <= g
+
+
+def test_the_applications_decimal_context_changes_nothing(no_noise):
+    """A trapped FloatOperation made the noise stage raise on an exact DECIMAL sum after
+    the charge, and only when a row matched: ``WHERE pid = 42`` failed exactly when that
+    person was in the data (attack review). A small precision rounded the bounds and the
+    centre :func:`decide` writes, and its test of one row's reach against L∞."""
+    import decimal
+
+    con = _table(ROWS, unique=True)
+    sql = "SELECT AVG(x), SUM(x) FROM t WHERE pid = 1"
+    with dpsql.connect(con, catalog=_catalog(1), budget=(100, 0.5), ledger=":memory:") as conn:
+        plain = conn.execute(sql, epsilon=1.0).rows
+        with decimal.localcontext() as ctx:
+            ctx.traps[decimal.FloatOperation] = True
+            ctx.traps[decimal.Inexact] = True
+            ctx.prec = 4
+            assert conn.execute(sql, epsilon=1.0).rows == plain
+    stat = SimpleNamespace(interval=SimpleNamespace(lower=2.5, upper=2030.6), center=1016.55,
+                           linf=1014.05)
+    expected = decide(stat, "DECIMAL(15,2)", top=False, fine=-30)
+    with decimal.localcontext() as ctx:
+        ctx.prec = 4
+        ctx.traps[decimal.FloatOperation] = True
+        assert decide(stat, "DECIMAL(15,2)", top=False, fine=-30) == expected
+    assert expected.center == Decimal("1016.55")
+
+
+@pytest.mark.parametrize("column, bounds", [("DECIMAL(23,0)", (0.5, 1000.0)),
+                                            ("DECIMAL(20,0)", (1 / 3, 1000.0))])
+def test_a_bound_the_scale_cannot_hold_is_not_moved(no_noise, column, bounds):
+    """A wide column leaves the scale no room for a bound's places (23 digits at most):
+    rounded outwards to whole numbers, the bound 0.5 let every 0 through unclamped
+    (attack review). Such a sum keeps the binary grid, which clamps to the bound."""
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t (pid INTEGER PRIMARY KEY, x {column})")
+    con.executemany("INSERT INTO t VALUES (?, ?)", [(i, "0") for i in range(1000)])
+    catalog = {"tables": {"t": {"user_key": "pid", "max_rows": 1, "columns": {
+        "pid": {"type": "int"}, "x": {"type": "float", "lower": bounds[0], "upper": bounds[1]}}}}}
+    with dpsql.connect(con, catalog=catalog, budget=(100, 0.5), ledger=":memory:") as conn:
+        result = conn.execute("SELECT SUM(x) FROM t", epsilon=10.0)
+        g = _grid(conn.explain("SELECT SUM(x) FROM t", epsilon=10.0).statistics[0])
+    assert abs(Fraction(result.rows[0][0]) - 1000 * Fraction(bounds[0])) <= g
+
+
+def test_dpsql_imports_and_answers_under_a_trapping_default_context():
+    """The application's default context (new threads copy it: dpsql's query thread)
+    traps FloatOperation and Inexact at two digits: dpsql still imports (a constant built
+    from a float had raised at import) and answers."""
+    import subprocess
+    import sys
+
+    script = """
+import decimal
+decimal.DefaultContext.traps[decimal.FloatOperation] = True
+decimal.DefaultContext.traps[decimal.Inexact] = True
+decimal.DefaultContext.prec = 2
+decimal.setcontext(decimal.Context(prec=2, traps=[decimal.FloatOperation, decimal.Inexact]))
+import duckdb, dpsql
+con = duckdb.connect()
+con.execute("CREATE TABLE t (pid INTEGER PRIMARY KEY, x DECIMAL(15,2))")
+con.execute("INSERT INTO t VALUES (1, 1.37), (2, 2.74)")
+cat = {"tables": {"t": {"user_key": "pid", "max_rows": 1, "columns": {
+    "pid": {"type": "int"}, "x": {"type": "float", "lower": 0, "upper": 100}}}}}
+with dpsql.connect(con, catalog=cat, budget=(10, 0.5), ledger=":memory:") as conn:
+    print(len(conn.execute("SELECT SUM(x), AVG(x) FROM t WHERE pid = 1", epsilon=1.0).rows))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "1", out.stderr[-2000:]
