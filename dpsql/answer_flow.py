@@ -16,11 +16,12 @@ from dpsql.answering import asymmetry_notes, internal_error, split_table
 from dpsql.asking import Ask, query_options
 from dpsql.bias import bias_note
 from dpsql.bias import release as release_bias
+from dpsql.decimal_context import DECIMAL_CONTEXT
 from dpsql.errors import (
     DpsqlError,
     QueryCancelled,
 )
-from dpsql.noise import DECIMAL_CONTEXT, add_noise
+from dpsql.noise import add_noise
 from dpsql.parse import parse
 from dpsql.plan_cache import Prepared, plan_key, typed
 from dpsql.postprocess import postprocess
@@ -63,10 +64,9 @@ class Answering:
         """Runs, adds noise and post-processes a charged query; every failure is
         recorded as the charge's outcome and keeps the charge."""
         try:
-            # every DECIMAL step after the charge in dpsql's own context: the
-            # application's (a trapped FloatOperation, Inexact, a small precision) made
-            # the noise stage raise on an exact sum, and only when a row matched, an
-            # oracle of one person (attack review)
+            # every DECIMAL step after the charge in dpsql's own context
+            # (dpsql.decimal_context: the application's had made the noise stage raise
+            # on an exact sum only when a row matched)
             with decimal.localcontext(DECIMAL_CONTEXT):
                 return self._answer(prepared, ask.alpha, ask.intervals)
         except QueryCancelled:

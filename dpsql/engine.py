@@ -32,17 +32,13 @@ from dpsql.accounting import Cost
 from dpsql.analyze import Plan, analyze
 from dpsql.answer_cache import AnswerCache
 from dpsql.answer_flow import Answering
-from dpsql.answering import (
-    internal_error,
-    interrupted,
-    settle_grids,
-    statistic_types,
-)
+from dpsql.answering import internal_error, interrupted, settle_grids, statistic_types
 from dpsql.asking import Ask, key_parts, l0_seed, lift_and_bind, query_options, switch
 from dpsql.backends import Backend, open_backend
 from dpsql.bias import bias_query
 from dpsql.catalog import Catalog, Table, load_catalog
 from dpsql.database_file import check_database_file, default_ledger_path
+from dpsql.decimal_context import own_context
 from dpsql.decimal_sums import choose_sums
 from dpsql.errors import (
     BudgetExhaustedError,
@@ -425,6 +421,7 @@ class Connection(Explaining, Answering):
 
     # -- pipeline ---------------------------------------------------------------------
 
+    @own_context  # (dpsql.decimal_context)
     def _check(self, plan: Plan, expression, backend: Backend):
         """Everything the backend and post-processing would refuse, found before charging.
 
@@ -489,6 +486,7 @@ class Connection(Explaining, Answering):
             raise PrivacyParameterError(f"alpha must be in (0, 1), got {alpha!r}")
         return float(alpha)
 
+    @own_context
     def _prepare(self, sql, epsilon, delta, max_groups, max_rows, mechanism=None,
                  bias_check=False, seed=None):
         backend = self._backend

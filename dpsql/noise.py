@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from dpsql.analyze.plan import Plan
+from dpsql.decimal_context import DECIMAL_CONTEXT
 from dpsql.grid_units import fine_exponent, to_grid
 from dpsql.keys import order_key
 from dpsql.mechanisms.laplace import Grid
@@ -92,9 +93,6 @@ def add_noise(plan: Plan, columns: list[str], rows: list[tuple]) -> NoisyGroups:
 #: Largest magnitude a statistic's value is read as (a float's largest finite value).
 _LARGEST = 1.7976931348623157e308
 _LARGEST_DECIMAL = Decimal(int(_LARGEST))  # from the int: no FloatOperation at import
-#: The DECIMAL context :func:`_number` computes in, and everything after the charge
-#: (:meth:`dpsql.answer_flow.Answering._answer_charged`): nothing trapped, the widest range.
-DECIMAL_CONTEXT = decimal.Context(prec=28, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN, traps=[])
 
 
 def _number(value, integer: bool, keep_decimal: bool = False):

@@ -504,6 +504,11 @@ def _float_literal(node: exp.Expression) -> float | None:
     return None
 
 
+def _ROUNDING(rounding: str) -> decimal.Context:  # noqa: N802 - a context, as decimal names
+    return decimal.Context(prec=17, rounding=rounding, Emax=decimal.MAX_EMAX,
+                           Emin=decimal.MIN_EMIN, traps=[], flags=[])
+
+
 def _inward(low: float, high: float) -> tuple[exp.Expression, exp.Expression]:
     """NUMERIC literals for ``[low, high]``: 17 significant digits rounded inwards,
     so the interval lies inside the analysis' (an exact expansion has up to 767 digits,
@@ -515,9 +520,12 @@ def _inward(low: float, high: float) -> tuple[exp.Expression, exp.Expression]:
     >>> [e.sql() for e in _inward(0.1, 0.1)][1]
     '0.1000000000000000055511151231257827021181583404541015625'
     """
-    exact = Decimal(low), Decimal(high)
-    rounded = (decimal.Context(prec=17, rounding=decimal.ROUND_CEILING).plus(exact[0]),
-               decimal.Context(prec=17, rounding=decimal.ROUND_FLOOR).plus(exact[1]))
+    # exact, whatever the caller's context (Decimal(float) signals FloatOperation
+    # there; from_float does not), and contexts of their own (a bare Context copies
+    # the traps of a DefaultContext the application may have changed)
+    exact = Decimal.from_float(low), Decimal.from_float(high)
+    rounded = (_ROUNDING(decimal.ROUND_CEILING).plus(exact[0]),
+               _ROUNDING(decimal.ROUND_FLOOR).plus(exact[1]))
     return tuple(_literal(d) for d in (rounded if rounded[0] <= rounded[1] else exact))
 
 

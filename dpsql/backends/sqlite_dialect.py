@@ -320,6 +320,34 @@ def _whole(node: exp.Expression) -> bool:
     return False
 
 
+def _outputs(expression: exp.Expression) -> set[int]:
+    """The SELECTs whose columns are the query's own (by identity): the query, and the
+    query inside a wrapper that passes its columns through as they are, or cast
+    (:func:`dpsql.keys.keys_as_text`: a date key fetched as text; missed, a grouped
+    total there came back rounded to a double: attack review).
+
+    >>> import sqlglot
+    >>> q = sqlglot.parse_one("SELECT CAST(k.a AS TEXT) AS a, k.s AS s FROM (SELECT a, "
+    ...                       "SUM(x) AS s FROM t GROUP BY a) AS k")
+    >>> len(_outputs(q))
+    2
+    """
+    found: set[int] = set()
+    node = expression
+    while isinstance(node, exp.Select):
+        found.add(id(node))
+        source = node.args.get("from_")
+        if source is None or not isinstance(source.this, exp.Subquery) or any(
+                node.args.get(k) for k in ("joins", "where", "group", "having", "with_")):
+            break
+        if not all(isinstance(i, exp.Alias) and isinstance(
+                i.this.this if isinstance(i.this, exp.Cast) else i.this, exp.Column)
+                for i in node.expressions):
+            break
+        node = source.this.this
+    return found
+
+
 def sqlite_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
     """``SUM`` of integers → ``dpsql_isum``, any other ``SUM`` → ``TOTAL``.
 
@@ -337,9 +365,11 @@ def sqlite_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
     a gridded total beyond 2^63 fine units could round past a grid line the exact total
     stays short of. TOTAL gives 0.0 instead of NULL when there is nothing to add, which
     every statistic reads as 0 anyway."""
+    outputs = _outputs(expression)
+
     def fix(node):
         if ctx.family(node.this) == INT or _whole(node.this):
-            out = isinstance(node.parent, exp.Alias) and node.parent.parent is expression
+            out = isinstance(node.parent, exp.Alias) and id(node.parent.parent) in outputs
             return exp.Anonymous(this=SQLITE_ISUM_OUT if out else SQLITE_ISUM,
                                  expressions=[node.this])
         return exp.Anonymous(this="TOTAL", expressions=[node.this])
