@@ -137,6 +137,8 @@ class Pending:
         if items:
             with self._lock:
                 self._items[:0] = items
+                if self._idle:
+                    self._wake.notify()
 
     def __bool__(self) -> bool:
         return bool(self._items)

@@ -259,3 +259,37 @@ with dpsql.connect(con, catalog=cat, budget=(10, 0.5), ledger=":memory:") as con
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "1", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("engine, sql", [
+    ("duckdb", "SELECT PERCENTILE_CONT(0.123456) WITHIN GROUP (ORDER BY x DESC) FROM t"),
+    ("sqlite", "SELECT SUM(x * (0.1234 + 0.0001)) FROM t"),
+])
+def test_planning_ignores_the_applications_decimal_context(no_noise, engine, sql, tmp_path):
+    """A quantile's fraction and SQLite's folded literals were computed in the
+    application's context: at three digits, 1 - 0.123456 and 0.1234 + 0.0001 were
+    rounded, and the plan cache kept the rounded SQL for later asks (attack review)."""
+    import decimal
+    import sqlite3
+
+    rows = [(i, i % 2, f"{(i * 7.3) % 100:.2f}") for i in range(200)]
+    if engine == "duckdb":
+        database = _table(rows, unique=True)
+    else:
+        path = tmp_path / "t.db"
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE t (pid INTEGER PRIMARY KEY, g INTEGER, x REAL)")
+        con.executemany("INSERT INTO t VALUES (?, ?, ?)", [(p, g, float(x)) for p, g, x in rows])
+        con.commit()
+        con.close()
+        database = f"sqlite:///{path}"
+    catalog = _catalog(1)
+    catalog["tables"]["t"]["columns"]["x"].update(lower=0.0, upper=100.0)
+    answers = []
+    for prec in (28, 3):
+        with dpsql.connect(database, catalog=catalog, budget=(100, 0.5),
+                           ledger=":memory:") as conn, decimal.localcontext() as ctx:
+            ctx.prec = prec
+            ctx.traps[decimal.FloatOperation] = True
+            answers.append(conn.execute(sql, epsilon=5.0).rows)
+    assert answers[0] == answers[1]

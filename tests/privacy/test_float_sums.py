@@ -291,3 +291,54 @@ def test_a_sqlite_total_beyond_2_63_fine_units_is_read_exactly(tmp_path, monkeyp
         assert (j, k - j) == (-59, 22), (k, j)
         released = conn.execute("SELECT SUM(x) FROM t", epsilon=epsilon).rows[0][0]
     assert released == math.ldexp(2**41 + 1, k)  # (2^41 units through a double)
+
+
+@pytest.mark.parametrize("sql", ["SELECT d, SUM(x) FROM t GROUP BY d",
+                                 "SELECT g, SUM(x) FROM t GROUP BY g",
+                                 "SELECT SUM(x) FROM t"])
+def test_a_sqlite_neighbour_past_2_63_fine_units_moves_the_units_counted(
+        sql, tmp_path, monkeypatch):
+    """Neighbours on either side of 2^63 fine units (noise off): D's total is exact, just
+    below half a grid unit; D' adds one user at exactly L∞, and its total, read back as
+    the nearest double, lies on the half and rounds to even, one unit more than the
+    privacy map counts. Grouped by a date, fetched as text through a wrapper query, the
+    total had missed its exact read (attack review)."""
+    from dpsql.grid_units import fine_exponent
+
+    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+    linf, epsilon, delta = 1.9999999999999998, 2.0**26, 1e-6
+    catalog = {"tables": {"t": {"user_key": "pid", "max_rows": 1, "columns": {
+        "pid": {"type": "int"}, "d": {"type": "date"}, "g": {"type": "int", "values": [1]},
+        "x": {"type": "float", "lower": 0, "upper": linf}}}}}
+
+    def released(rows):
+        path = tmp_path / f"n{len(rows)}.db"
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE t (pid INTEGER PRIMARY KEY, d DATE, g INTEGER, x REAL)")
+        con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
+        con.commit()
+        con.close()
+        with dpsql.connect(f"sqlite:///{path}", catalog=catalog, budget=(1e12, 0.5),
+                           ledger=":memory:") as conn:
+            stat = [s for s in conn.explain(sql, epsilon=epsilon, delta=delta).statistics
+                    if s["name"] == "__s0"][0]
+            if not rows:
+                return None, stat
+            return conn.execute(sql, epsilon=epsilon, delta=delta).rows[0][-1], stat
+
+    _, stat = released([])
+    k = math.floor(math.log2(stat["scale"])) - 12
+    j = fine_exponent(stat["linf"], k)
+    units, half = 2 ** (k - j), 2 ** (k - j - 1)
+    a = int(math.ldexp(linf, -j))  # one user at L∞, in fine units (exact)
+    n = (2**63 - a) // a
+    m = (2**63 - a) // units + 1
+    m += m % 2 == 0
+    u = m * units + half - 1 - n * a  # D's total: half a unit less one fine unit past m
+    assert 0 < u < 2**53 and n * a + u < 2**63 <= n * a + u + a
+    rows = [(i, "2024-01-01", 1, linf) for i in range(n)] + [(n, "2024-01-01", 1,
+                                                             math.ldexp(u, j))]
+    before, _ = released(rows)
+    after, _ = released([*rows, (n + 1, "2024-01-01", 1, linf)])
+    moved = round((after - before) / math.ldexp(1, k))
+    assert moved <= math.floor(stat["linf"] / math.ldexp(1, k)) + 1, moved
