@@ -387,12 +387,24 @@ def _numeric_from_binary(raw: bytes) -> decimal.Decimal:
     if sign == 0xC000:
         return decimal.Decimal("NaN")
     digits = [r.int16() for _ in range(n)]
-    value = decimal.Decimal(0)
-    for i, d in enumerate(digits):
-        value += decimal.Decimal(d).scaleb(4 * (weight - i))
-    if sign == 0x4000:
-        value = -value
-    return value.quantize(decimal.Decimal(1).scaleb(-dscale)) if dscale else value
+    if any(not 0 <= d < 10000 for d in digits):
+        raise ValueError("binary numeric digit out of range")
+    # built exactly, in integers: Decimal arithmetic would round to the thread's context
+    # (28 digits by default, or whatever the application set; attack review)
+    coefficient = 0
+    for d in digits:
+        coefficient = coefficient * 10000 + d
+    exponent = 4 * (weight - n + 1) if n else 0
+    # written with the display scale's places, as PostgreSQL prints it: the digits it
+    # leaves out are zeros (a trailing group's padding is dropped only when zero)
+    if exponent > -dscale:
+        coefficient *= 10 ** (exponent + dscale)
+        exponent = -dscale
+    elif exponent < -dscale and coefficient % 10 ** (-dscale - exponent) == 0:
+        coefficient //= 10 ** (-dscale - exponent)
+        exponent = -dscale
+    return decimal.Decimal((1 if sign == 0x4000 else 0,
+                            tuple(int(c) for c in str(coefficient)), exponent))
 
 
 def decode_param(raw: bytes | None, oid: int, fmt: int) -> Any:
