@@ -362,8 +362,6 @@ class LedgerBase:
     def close(self) -> None:
         if self._inherited():  # the parent's connection: the parent closes it
             return
-        # a query charged on another thread records its outcome first (bounded)
-        self._pending.wait_running()
         self._pending.stop()
         self.settle()
         unregister(self)

@@ -70,10 +70,6 @@ _IDLE_CHECK = 5.0
 #: Charges whose outcome this connection remembers by hash (one per query in flight on
 #: it; older ones are finished under the full checks).
 OPEN_CHARGES = 64
-#: Seconds :meth:`~dpsql.ledger.Ledger.close` waits for the outcomes of charges still
-#: running on other threads (a ``close()`` from another thread; attack review: the
-#: running query's outcome was queued after the close and never written).
-CLOSE_WAIT = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,9 +95,6 @@ class Pending:
         self._items: list[Outcome] = []
         self._hashes: dict[int, str] = {}
         self._wake = threading.Condition(self._lock)
-        # charges committed whose outcome is not queued yet (close waits for them)
-        self._running: set[int] = set()
-        self._outcome_in = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
         self._closed = False
         # the flusher waits for a first outcome (only then does add wake it: woken in
@@ -115,7 +108,6 @@ class Pending:
         """A charge this connection committed: its outcome may name it by its hash."""
         with self._lock:
             self._hashes[charge_id] = entry_hash
-            self._running.add(charge_id)
             while len(self._hashes) > OPEN_CHARGES:
                 del self._hashes[next(iter(self._hashes))]
 
@@ -126,24 +118,12 @@ class Pending:
         unclosed still has its outcomes written, by the flusher or at exit."""
         with self._lock:
             known = self._hashes.pop(charge_id, None)
-            if charge_id in self._running:
-                self._running.discard(charge_id)
-                self._outcome_in.notify_all()
             keys = tuple(getattr(also, "keys", ()))
             self._items.append(Outcome(charge_id, outcome, detail, also, known, keys))
             self._held = settle
             if self._idle:
                 self._wake.notify()
         self._start(settle)
-
-    def wait_running(self, timeout: float = CLOSE_WAIT) -> bool:
-        """Waits up to ``timeout`` seconds until every charge this connection committed
-        has its outcome queued; True when none is left running."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while self._running and (left := deadline - time.monotonic()) > 0:
-                self._outcome_in.wait(left)
-            return not self._running
 
     def take(self) -> list[Outcome]:
         """Every queued outcome, oldest first; the caller writes them or gives them
