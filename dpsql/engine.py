@@ -58,7 +58,7 @@ from dpsql.keys import (
     scalar_key_type,
     temporal_key_type,
 )
-from dpsql.ledger import ALL, BudgetView, Ledger, Running
+from dpsql.ledger import ALL, BudgetView, InFlight, Ledger, Running
 from dpsql.mechanisms import DEFAULT_MECHANISM
 from dpsql.mechanisms import mechanism as mechanism_family
 from dpsql.normalize import normalize
@@ -190,6 +190,7 @@ class Connection(Explaining, Answering):
         check_analyst(self._analyst)
         self._dataset = self._catalog.dataset
         self._owns_ledger = not isinstance(ledger, Ledger)
+        self._in_flight = InFlight()
         check_database_file(database)  # a missing database gets no ledger file either
         if self._owns_ledger:
             # a pinned ledger is the owner's to create: missing, it is refused, never new
@@ -289,8 +290,7 @@ class Connection(Explaining, Answering):
                 keyword-only: a number here (``execute(sql, 0.5)``) is refused before
                 anything is charged, never taken as ε nor as a parameter.
             epsilon: the query's total epsilon, split across its noisy statistics.
-            delta: the query's delta (default 0); needed (> 0) when group keys come from
-                the data or with Gaussian noise.
+            delta: the query's delta (default 0); > 0 for keys from the data or Gaussian.
             max_groups: override of the table's ``max_groups`` for this query.
             max_rows: override of the table's ``max_rows`` for this query.
             mechanism: ``"laplace"`` or ``"gaussian"`` (default: the connection's).
@@ -332,16 +332,17 @@ class Connection(Explaining, Answering):
             raise err from None
         except KeyboardInterrupt:  # Ctrl-C before the charge: nothing was spent
             raise QueryCancelled(charged=False) from None
-        try:
-            charge = self._ledger.charge(self._dataset, self._analyst, found.plan.charge,
-                                         ask.text, self._cap)
-        except KeyboardInterrupt:  # Ctrl-C in the charge: it may have committed
-            raise QueryCancelled("query cancelled while it was being charged; the charge "
-                                 "may have been recorded (see dpsql budget log)") from None
-        stages.mark("ledger")
-        result = self._answer_charged(charge, found, ask)
-        self._settle(charge, ask, result)
-        return result
+        with self._in_flight:  # close() from another thread waits for its outcome
+            try:
+                charge = self._ledger.charge(self._dataset, self._analyst, found.plan.charge,
+                                             ask.text, self._cap)
+            except KeyboardInterrupt:  # Ctrl-C in the charge: it may have committed
+                raise QueryCancelled("query cancelled while it was being charged; the charge"
+                                     " may have been recorded (see dpsql budget log)") from None
+            stages.mark("ledger")
+            result = self._answer_charged(charge, found, ask)
+            self._settle(charge, ask, result)
+            return result
 
     def _read(self, ask: Ask, sql, params, alpha, intervals, bias_check) -> None:
         """Reads the query's text, parameters and options into ``ask`` (nothing parsed
@@ -406,6 +407,7 @@ class Connection(Explaining, Answering):
             self._backend.close()
             self._backend = None
             if self._owns_ledger:
+                self._in_flight.wait_others()
                 self._ledger.close()
 
     def __enter__(self) -> Connection:

@@ -299,3 +299,50 @@ def test_a_lock_held_by_another_process_stalls_no_read(db, tmp_path, monkeypatch
         other.close()
     conn.close()
     assert _outcomes(path) == {1: "answered"}
+
+
+def test_a_close_from_another_thread_waits_for_the_running_querys_outcome(tmp_path,
+                                                                          monkeypatch):
+    """``close()`` while another thread's charged query still runs: the outcome that
+    query records after the close went to a stopped queue and was never written (attack
+    review); the close now waits for it (at most ``outcomes.CLOSE_WAIT``). A close
+    from the query's own thread, or of a ledger used directly, does not wait."""
+    import sqlite3
+    import threading
+
+    from dpsql.backends.sqlite import SQLiteBackend
+
+    data = tmp_path / "t.db"
+    con = sqlite3.connect(data)
+    con.execute("CREATE TABLE t (pid INTEGER, x REAL)")
+    con.execute("INSERT INTO t VALUES (1, 1.0)")
+    con.commit()
+    con.close()
+    run = SQLiteBackend.execute
+
+    def slow(self, expression):
+        time.sleep(0.6)
+        return run(self, expression)
+
+    monkeypatch.setattr(SQLiteBackend, "execute", slow)
+    catalog = {"tables": {"t": {"user_key": "pid", "max_rows": 1, "columns": {
+        "pid": {"type": "int"}, "x": {"type": "float", "lower": 0, "upper": 2}}}}}
+    ledger = tmp_path / "ledger.sqlite"
+    conn = dpsql.connect(f"sqlite:///{data}", catalog=catalog, budget=(10, 0.5),
+                         ledger=str(ledger))
+    out = {}
+    asking = threading.Thread(target=lambda: out.setdefault(
+        "rows", conn.execute("SELECT SUM(x) FROM t", epsilon=0.1).rows))
+    asking.start()
+    time.sleep(0.2)
+    conn.close()
+    asking.join(10)
+    assert len(out["rows"]) == 1
+    assert list(_outcomes(ledger).values()) == ["answered"]
+
+    direct = Ledger(str(tmp_path / "direct.sqlite"))
+    direct.ensure_budget("d", (10.0, 0.5), "*", "test")
+    direct.charge("d", "a", Cost(0.1, 0.0), "SELECT 1")  # never finished
+    began = time.monotonic()
+    direct.close()
+    assert time.monotonic() - began < outcomes.CLOSE_WAIT

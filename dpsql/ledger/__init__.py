@@ -131,6 +131,7 @@ from dpsql.ledger.chain import Chain
 from dpsql.ledger.charging import Charging
 from dpsql.ledger.core import LedgerBase
 from dpsql.ledger.identity import _same_database, _shown_identity, database_identity, normalise_url
+from dpsql.ledger.outcomes import InFlight
 from dpsql.ledger.pins import Pins, apply_database_pin, apply_pins, pinned_catalog, pins
 from dpsql.ledger.records import _checkpoint_doc, _head_doc, _hk, _Mac, _sha, _storable, _tag
 from dpsql.ledger.reports import BudgetView, Reports
@@ -170,8 +171,8 @@ from dpsql.ledger.values import (
 __all__ = [
     "ALL", "ANALYST_ENV", "CATALOG_ENV", "CHARGED_SQL_KEPT", "CHECKPOINT_EVERY",
     "DATABASE_ENV", "FORMAT", "KEY_ENV", "LEDGER_ENV", "LEDGER_ID_ENV", "MAX_NAME",
-    "REFUSAL_CAP", "SQL_KEPT", "TIMEOUT_ENV", "VERSION", "BudgetView", "Ledger", "Pins",
-    "Running",
+    "REFUSAL_CAP", "SQL_KEPT", "TIMEOUT_ENV", "VERSION", "BudgetView", "InFlight", "Ledger",
+    "Pins", "Running",
     "apply_database_pin", "apply_pins", "check_analyst", "check_budget", "check_dataset",
     "database_identity", "migrate_v1", "normalise_url", "pinned_catalog", "pins",
     "real_number",

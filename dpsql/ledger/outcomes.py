@@ -227,3 +227,55 @@ def _settle_all() -> None:
         ledger.settle()
 
 
+
+
+#: Seconds a connection's ``close()`` waits for the queries other threads have charged
+#: and not yet settled (:class:`InFlight`).
+CLOSE_WAIT = 2.0
+
+
+class InFlight:
+    """The threads between a query's charge and its outcome, on one connection.
+
+    ``Connection.close()`` from another thread while a charged query ran closed the
+    ledger first, and the outcome that query recorded after it was never written
+    (attack review). So a query holds this from before its charge until its outcome is
+    queued, and ``close()`` waits up to :data:`CLOSE_WAIT` for the *other* threads'
+    (never its own: a close from a signal handler inside the query would only wait).
+
+    >>> flight = InFlight()
+    >>> with flight:
+    ...     flight.wait_others(0.01)  # the caller's own query is not waited for
+    True
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._threads: dict[int, int] = {}
+
+    def __enter__(self) -> InFlight:
+        me = threading.get_ident()
+        with self._cond:
+            self._threads[me] = self._threads.get(me, 0) + 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        me = threading.get_ident()
+        with self._cond:
+            left = self._threads.pop(me, 1) - 1
+            if left:
+                self._threads[me] = left
+            self._cond.notify_all()
+
+    def wait_others(self, timeout: float = CLOSE_WAIT) -> bool:
+        """Waits until no other thread is between a charge and its outcome (at most
+        ``timeout`` seconds); True when none is."""
+        me = threading.get_ident()
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while any(t != me for t in self._threads):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
