@@ -5,7 +5,6 @@ run, noise, post-processing and outcome."""
 from __future__ import annotations
 
 import dataclasses
-import decimal
 
 from dpsql import stages
 from dpsql.accuracy import selection_note
@@ -16,7 +15,7 @@ from dpsql.answering import asymmetry_notes, internal_error, split_table
 from dpsql.asking import Ask, query_options
 from dpsql.bias import bias_note
 from dpsql.bias import release as release_bias
-from dpsql.decimal_context import DECIMAL_CONTEXT
+from dpsql.decimal_context import own_context
 from dpsql.errors import (
     DpsqlError,
     QueryCancelled,
@@ -64,11 +63,7 @@ class Answering:
         """Runs, adds noise and post-processes a charged query; every failure is
         recorded as the charge's outcome and keeps the charge."""
         try:
-            # every DECIMAL step after the charge in dpsql's own context
-            # (dpsql.decimal_context: the application's had made the noise stage raise
-            # on an exact sum only when a row matched)
-            with decimal.localcontext(DECIMAL_CONTEXT):
-                return self._answer(prepared, ask.alpha, ask.intervals)
+            return self._answer(prepared, ask.alpha, ask.intervals)
         except QueryCancelled:
             self._ledger.finish(charge, "cancelled")
             raise
@@ -87,6 +82,10 @@ class Answering:
             self._ledger.finish(charge, "failed", "interrupted")
             raise
 
+    # every DECIMAL step after the charge in dpsql's own context (dpsql.decimal_context:
+    # the application's had made the noise stage raise on an exact sum only when a row
+    # matched)
+    @own_context
     def _answer(self, prepared: Prepared, alpha: float, intervals: bool) -> Result:
         """The released answer of a charged query (run, noise, post-processing)."""
         plan, backend = prepared.plan, self._backend

@@ -9,7 +9,7 @@ it, folded literals, quantile fractions and the bounds of DECIMAL sums were roun
 default precision, the widest exponents, nothing trapped): :func:`own_context` around
 planning and checking (:meth:`dpsql.engine.Connection._prepare`, ``_check``) and
 around everything after the charge
-(:meth:`dpsql.answer_flow.Answering._answer_charged`). Steps that must be exact run in
+(:meth:`dpsql.answer_flow.Answering._answer`). Steps that must be exact run in
 stricter contexts of their own (:mod:`dpsql.decimal_sums`,
 :mod:`dpsql.mechanisms.laplace`).
 

@@ -63,6 +63,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql import types as sqltypes
+from dpsql.grid_units import choose_grids, fine_exponent, grid_of
 
 #: Most decimal places a DECIMAL sum is taken in (whole bounds up to 2^53, written as
 #: integer literals by :func:`dpsql.sqlbuild.number`, then still fit the DECIMAL(38, s)
@@ -223,8 +224,9 @@ def _decide(stat, p: int, t: int, top: bool, fine: int) -> DecimalSum | None:
         return None
     most = min(MAX_SCALE, MAX_DIGITS - (p - t) - (1 if center else 0))
     wanted = min(max(places(low), places(high)), _fine_places(fine))
-    s = min(max(t, places(center) if center else 0, wanted), most)
-    if s < t or (center and places(center) > s):
+    centre_places = places(center) if center else 0
+    s = min(max(t, centre_places, wanted), most)
+    if s < t or centre_places > s:
         return None
     P = p - t + s
     largest = Decimal(10) ** (P - s) - Decimal(10) ** -s  # the type's largest value
@@ -253,8 +255,6 @@ def _decide(stat, p: int, t: int, top: bool, fine: int) -> DecimalSum | None:
 def candidates(plan, engine) -> list:
     """The statistics that may be summed as DECIMALs on ``engine`` (their summand's
     type decides): sums (and AVG's centred sums) with a grid mechanism."""
-    from dpsql.grid_units import grid_of
-
     if not getattr(engine, "decimal_sums", False):
         return []
     return [s for s in plan.stats
@@ -266,8 +266,6 @@ def choose_decimals(plan, engine, summand_types: dict[str, str | None]) -> None:
     """Records on each candidate statistic of ``plan`` its DECIMAL sum (before the
     rewrite, before :func:`dpsql.grid_units.choose_grids`, which leaves a ``top`` one
     ungridded). ``summand_types``: the engine's type of each statistic's summand."""
-    from dpsql.grid_units import fine_exponent, grid_of
-
     top = plan.uid is None or plan.one_row_per_user
     for stat in candidates(plan, engine):
         fine = fine_exponent(stat.linf, grid_of(stat, engine))
@@ -278,8 +276,6 @@ def choose_sums(plan, engine, backend) -> None:
     """How each statistic of ``plan`` is added up, recorded once, before the rewrite:
     as DECIMALs (:func:`choose_decimals`, from the engine's types of the summands), then
     in grid units (:func:`dpsql.grid_units.choose_grids`)."""
-    from dpsql.grid_units import choose_grids
-
     choose_decimals(plan, engine, summand_types(plan, backend, engine))
     choose_grids(plan, engine)
 

@@ -196,6 +196,17 @@ WHOLE_QUERIES = [
 ]
 
 
+def _sqlite_file(path, ddl: str, rows: list[tuple]) -> str:
+    """A SQLite file at ``path`` holding table ``t`` (``ddl``) with ``rows``; its URL."""
+    con = sqlite3.connect(path)
+    con.execute(ddl)
+    if rows:
+        con.executemany(f"INSERT INTO t VALUES ({', '.join('?' * len(rows[0]))})", rows)
+    con.commit()
+    con.close()
+    return f"sqlite:///{path}"
+
+
 def _whole_released(kind, rows, sql, tmp_path, spark=None):
     """The release of ``sql`` (noise off) over ``(pid, x, i)`` rows on one engine."""
     if kind == "duckdb":
@@ -204,13 +215,8 @@ def _whole_released(kind, rows, sql, tmp_path, spark=None):
         database.execute("CREATE TABLE t (pid INTEGER, x DOUBLE, i BIGINT)")
         database.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
     elif kind == "sqlite":
-        path = tmp_path / f"t{len(list(tmp_path.iterdir()))}.db"
-        con = sqlite3.connect(path)
-        con.execute("CREATE TABLE t (pid INTEGER, x REAL, i INTEGER)")
-        con.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
-        con.commit()
-        con.close()
-        database = f"sqlite:///{path}"
+        database = _sqlite_file(tmp_path / f"t{len(list(tmp_path.iterdir()))}.db",
+                                "CREATE TABLE t (pid INTEGER, x REAL, i INTEGER)", rows)
     else:
         spark.createDataFrame(rows, "pid int, x double, i long").coalesce(1) \
             .createOrReplaceTempView("t")
@@ -275,16 +281,10 @@ def test_a_sqlite_total_beyond_2_63_fine_units_is_read_exactly(tmp_path, monkeyp
     monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
     catalog = {"tables": {"t": {"user_key": "pid", "max_rows": 1, "columns": {
         "pid": {"type": "int"}, "x": {"type": "float", "lower": 0, "upper": 2}}}}}
-    path = tmp_path / "big.db"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (pid INTEGER PRIMARY KEY, x REAL)")
-    con.executemany("INSERT INTO t VALUES (?, ?)",
-                    [(i, 2.0) for i in range(8)] + [(8, math.ldexp(2**21 + 1, -59))])
-    con.commit()
-    con.close()
+    url = _sqlite_file(tmp_path / "big.db", "CREATE TABLE t (pid INTEGER PRIMARY KEY, x REAL)",
+                       [(i, 2.0) for i in range(8)] + [(8, math.ldexp(2**21 + 1, -59))])
     epsilon = 2.0**26
-    with dpsql.connect(f"sqlite:///{path}", catalog=catalog, budget=(1e9, 0.5),
-                       ledger=":memory:") as conn:
+    with dpsql.connect(url, catalog=catalog, budget=(1e9, 0.5), ledger=":memory:") as conn:
         stat = conn.explain("SELECT SUM(x) FROM t", epsilon=epsilon).statistics[0]
         k = math.floor(math.log2(stat["scale"])) - 12
         j = fine_exponent(stat["linf"], k)
@@ -312,14 +312,10 @@ def test_a_sqlite_neighbour_past_2_63_fine_units_moves_the_units_counted(
         "x": {"type": "float", "lower": 0, "upper": linf}}}}}
 
     def released(rows):
-        path = tmp_path / f"n{len(rows)}.db"
-        con = sqlite3.connect(path)
-        con.execute("CREATE TABLE t (pid INTEGER PRIMARY KEY, d DATE, g INTEGER, x REAL)")
-        con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
-        con.commit()
-        con.close()
-        with dpsql.connect(f"sqlite:///{path}", catalog=catalog, budget=(1e12, 0.5),
-                           ledger=":memory:") as conn:
+        url = _sqlite_file(tmp_path / f"n{len(rows)}.db",
+                           "CREATE TABLE t (pid INTEGER PRIMARY KEY, d DATE, g INTEGER, x REAL)",
+                           rows)
+        with dpsql.connect(url, catalog=catalog, budget=(1e12, 0.5), ledger=":memory:") as conn:
             stat = [s for s in conn.explain(sql, epsilon=epsilon, delta=delta).statistics
                     if s["name"] == "__s0"][0]
             if not rows:
