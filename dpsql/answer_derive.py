@@ -58,7 +58,7 @@ from dpsql.answer_cache import CACHED_NOTE
 from dpsql.errors import UnsupportedQueryError
 from dpsql.limits import DEFAULT, Limits
 from dpsql.parse import parse
-from dpsql.postprocess import _arrow_array
+from dpsql.released_table import arrow_array
 from dpsql.result import Result
 from dpsql.scratch import run, scratch
 from dpsql.validate import _ALLOWED, _check_payload
@@ -238,7 +238,7 @@ class _Columns:
 def _select(cached: Result, having, order, limit, offset) -> list[int] | None:
     """Indices of the cached rows the post-processing keeps, in its order."""
     n = len(cached.columns)
-    data = {f"c{i}": _arrow_array([row[i] for row in cached.rows]) for i in range(n)}
+    data = {f"c{i}": arrow_array([row[i] for row in cached.rows]) for i in range(n)}
     data[_ROW] = pa.array(range(len(cached.rows)), pa.int64())
     query = exp.select(exp.column(_ROW)).from_("__released")
     if having is not None:

@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -59,6 +59,7 @@ from dpsql.limits import DEFAULT, Limits
 from dpsql.noise import NoisyGroups
 from dpsql.postprocess_arith import evaluate
 from dpsql.postprocess_order import sort_rows
+from dpsql.released_table import arrow_array, scanned_rows
 from dpsql.scratch import checked_sql, scratch
 
 ROW_ID = "__rid"
@@ -115,8 +116,10 @@ def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
     for i, key in enumerate(plan.keys):
         data[key.name] = [g[i] for g in noisy.keys]
     data.update(cells)
-    table = pa.table({name: _arrow_array(values) for name, values in data.items()}) if n \
-        else _empty_table(plan)
+    table = _table(plan, data, n)
+    scanned = scanned_rows(data, n)
+    if scanned is None:
+        scanned = table().to_pylist()
 
     result = None
     if _selects_released(plan):
@@ -124,18 +127,18 @@ def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
         # table DuckDB would scan (same values and Python types, in the same order),
         # and order and cut them as DuckDB would (None: DuckDB must), without a database
         result = [tuple(r[o.expr.name] for o in plan.outputs) + (r[ROW_ID],)
-                  for r in table.to_pylist()]
+                  for r in scanned]
         if plan.order is not None or plan.limit is not None or plan.offset is not None:
             result = sort_rows(result, [o.name for o in plan.outputs],
                                [o.expr.name for o in plan.outputs], plan.order, plan.limit,
                                plan.offset)
     elif plan.having is None and plan.order is None and plan.limit is None \
             and plan.offset is None:
-        result = _computed(plan, table)  # arithmetic over released columns (None: DuckDB)
+        result = _computed(plan, scanned)  # arithmetic over released columns (None: DuckDB)
     if result is None:
         with scratch() as con:
             try:
-                con.register("__noisy", table)
+                con.register("__noisy", table())
                 result = con.execute(_outer_sql(plan)).fetchall()
             except duckdb.Error as exc:  # depends on noisy values only; charge kept
                 raise PostprocessError(
@@ -156,12 +159,21 @@ def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
                   tuple(bool(o.cells) for o in plan.outputs))
 
 
-def _computed(plan: Plan, table: pa.Table) -> list[tuple] | None:
+def _table(plan: Plan, data: dict[str, list], n: int) -> Callable[[], pa.Table]:
+    """The released groups as the Arrow table DuckDB scans, built on first call."""
+    @functools.cache
+    def table() -> pa.Table:
+        return pa.table({name: arrow_array(values) for name, values in data.items()}) \
+            if n else _empty_table(plan)
+    return table
+
+
+def _computed(plan: Plan, scanned: list[dict]) -> list[tuple] | None:
     """The outputs computed in Python from the rows DuckDB would scan, where each is a
     released column or arithmetic :func:`dpsql.postprocess_arith.evaluate` computes as
     DuckDB does; None as soon as one value is not (the scratch database answers)."""
     out = []
-    for row in table.to_pylist():
+    for row in scanned:
         values = []
         for o in plan.outputs:
             if _released(o.expr):
@@ -173,36 +185,6 @@ def _computed(plan: Plan, table: pa.Table) -> list[tuple] | None:
             values.append(value)
         out.append((*values, row[ROW_ID]))
     return out
-
-
-def _arrow_array(values: list) -> pa.Array:
-    """Released values as one Arrow column; never raises (it runs after the charge).
-
-    Arrow infers the type; where it cannot hold the values (an integer beyond int64, a
-    column mixing floats with integers past 2**53), numbers become float64 (clamped to
-    the finite range) and anything else text.
-
-    >>> _arrow_array([1, 2**64]).type, _arrow_array([0.5, 10**18]).type
-    (DataType(double), DataType(double))
-    """
-    try:
-        return pa.array(values)
-    except (pa.ArrowException, OverflowError, TypeError, ValueError):
-        pass
-    if all(v is None or (isinstance(v, int | float | Decimal) and not isinstance(v, bool))
-           for v in values):
-        return pa.array([None if v is None else _finite_float(v) for v in values],
-                        pa.float64())
-    return pa.array([None if v is None else str(v) for v in values], pa.string())
-
-
-def _finite_float(value) -> float:
-    try:
-        number = float(value)
-    except (OverflowError, ValueError, ArithmeticError):
-        number = math.inf if value > 0 else -math.inf
-    return max(-sys.float_info.max, min(sys.float_info.max, number)) \
-        if number == number else number
 
 
 #: id(plan) → (weak reference to the plan, its checked outer SQL): a cached plan's outer

@@ -131,3 +131,39 @@ def test_engine_recalibrates_through_the_family(name, delta):
     assert plan.selection is not None
     statistic_types(plan, {c: "DOUBLE" for s in plan.stats for c in s.columns})
     assert plan.stat("__users").mechanism is plan.selection.noise
+
+
+@pytest.mark.parametrize("k", [-40, -12, 0, 7, 959, 960])
+def test_a_few_released_units_are_the_floats_numpy_gives(monkeypatch, k):
+    """A query's few values (up to SMALL) are added and scaled in Python integers; the
+    floats are bit for bit those of the numpy path that more values take (fails when
+    the small path rounds the sum through a float first, or scales by 2**k wrongly)."""
+    from dpsql.mechanisms.laplace import DiscreteLaplace, GridLaplace
+    from dpsql.mechanisms.sampling import SMALL
+
+    rng = np.random.default_rng(k + 1000)
+    units = [int(u) for u in rng.integers(-2**61, 2**61, size=SMALL, dtype=np.int64)]
+    units += [0, 1, -1, 2**53 + 1, -(2**53) - 1, 2**61 - 1]
+    noise = [int(z) for z in rng.integers(-2**20, 2**20, size=len(units))]
+    m = GridLaplace(8192.0, k)
+    given = iter(noise)
+    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [next(given) for _ in range(n)])
+    few = [x for i in range(0, len(units), 7) for x in m.release_units(units[i:i + 7])]
+    if k <= 959:  # the numpy path's own formula
+        total = np.asarray(units, dtype=np.int64) + np.asarray(noise, dtype=np.int64)
+        numpy = np.ldexp(total.astype(np.float64), k).tolist()
+    else:
+        numpy = [math.ldexp(float(u + z), k) if abs(u + z) * 2.0**(k - 1023) < 1
+                 else math.copysign(math.inf, u + z) for u, z in zip(units, noise, strict=True)]
+    assert [x.hex() for x in few] == [x.hex() for x in numpy]
+
+
+def test_a_few_integer_releases_add_the_draws_exactly(monkeypatch):
+    from dpsql.mechanisms.laplace import DiscreteLaplace
+
+    m = DiscreteLaplace(3.0)
+    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [5, -7, 0][:n])
+    assert m.release([2**70, True, 4.0]) == [2**70 + 5, -6, 4]
+    monkeypatch.undo()
+    draws = m.draws(3)
+    assert len(draws) == 3 and all(type(z) is int for z in draws)

@@ -63,6 +63,10 @@ class UnitNoise(Noise, Protocol):
     bound on a weighted sum of its draws (:func:`dpsql.mechanisms.quantile.edge_errors`).
     """
 
+    def draws(self, n: int) -> list[int]:
+        """``n`` independent draws as Python integers (what a release adds)."""
+        ...
+
     def edge_chernoff(self, q: float, high: np.ndarray, low: np.ndarray,
                       log_2_over_alpha: float) -> np.ndarray:
         """Bounds ``t_k`` on ``|Σ_{j<high_k} (1−q) e_j − Σ_{low_k draws} q e_j|``, each

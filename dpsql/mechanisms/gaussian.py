@@ -95,10 +95,14 @@ class DiscreteGaussian:
         meas = _space() >> dp.m.then_gaussian(scale=self.sigma)
         return np.asarray(meas([0] * n), dtype=np.int64)
 
+    def draws(self, n: int) -> list[int]:
+        """``n`` noise draws as Python integers."""
+        return self.sample(n).tolist()
+
     def release(self, values: Sequence[int]) -> list[int]:
         if len(values) == 0:
             return []
-        noise = self.sample(len(values)).tolist()
+        noise = self.draws(len(values))
         return [int(v) + z for v, z in zip(values, noise, strict=True)]
 
     def edge_chernoff(self, q: float, high: np.ndarray, low: np.ndarray,

@@ -27,7 +27,12 @@ import numpy as np
 
 from dpsql.errors import PrivacyParameterError
 from dpsql.mechanisms.base import BudgetSplit
-from dpsql.mechanisms.sampling import discrete_laplace, rational_scale
+from dpsql.mechanisms.sampling import (
+    SMALL,
+    discrete_laplace,
+    discrete_laplace_list,
+    rational_scale,
+)
 
 _SAFE = 2**62  # integer statistics below this add noise in int64 without overflow
 #: Above this scale, integer statistics take the grid path (the exact sampler works in
@@ -138,6 +143,17 @@ class DiscreteLaplace:
         """``n`` noise draws (int64)."""
         return discrete_laplace(n, self.t, self.s)
 
+    def draws(self, n: int) -> list[int]:
+        """``n`` noise draws as Python integers: what every release adds.
+
+        A query's few draws (up to :data:`~dpsql.mechanisms.sampling.SMALL`) come from
+        the sampler on Python integers with no numpy array on the way; more from
+        :meth:`sample`. The same distribution either way.
+        """
+        if n <= SMALL:
+            return discrete_laplace_list(n, self.t, self.s)
+        return self.sample(n).tolist()
+
     def edge_chernoff(self, q: float, high: np.ndarray, low: np.ndarray,
                       log_2_over_alpha: float) -> np.ndarray:
         """Chernoff bound on ``high`` draws weighted ``1 − q`` less ``low`` weighted ``q``.
@@ -162,10 +178,11 @@ class DiscreteLaplace:
     def release(self, values: Sequence[int]) -> list[int]:
         if len(values) == 0:
             return []
-        noise = self.sample(len(values))
-        if all(-_SAFE < int(v) < _SAFE for v in values):
-            return (np.asarray(values, dtype=np.int64) + noise).tolist()
-        return [int(v) + int(z) for v, z in zip(values, noise.tolist(), strict=True)]
+        noise = self.draws(len(values))
+        if len(values) > SMALL and all(-_SAFE < int(v) < _SAFE for v in values):
+            return (np.asarray(values, dtype=np.int64) + np.asarray(noise, dtype=np.int64)
+                    ).tolist()
+        return [int(v) + int(z) for v, z in zip(values, noise, strict=True)]
 
 
 class Constant:
@@ -183,6 +200,9 @@ class Constant:
 
     def sample(self, n: int) -> np.ndarray:
         return np.zeros(n, dtype=np.int64)
+
+    def draws(self, n: int) -> list[int]:
+        return [0] * n
 
     def release(self, values: Sequence) -> list:
         return list(values)
@@ -221,7 +241,7 @@ class Grid:
     def release(self, values: Sequence[float]) -> list[float]:
         if len(values) == 0:
             return []
-        noise = self.units.sample(len(values))
+        noise = np.asarray(self.units.draws(len(values)), dtype=np.int64)
         # an exact value no float equals (an engine's DECIMAL sum, a huge integer) is
         # rounded to the grid exactly, without a float detour; every other value as a
         # float, where v / 2^k is exact and rint rounds half to even, as the privacy
@@ -248,15 +268,16 @@ class Grid:
         """
         if len(units) == 0:
             return []
-        noise = self.units.sample(len(units))
+        noise = self.units.draws(len(units))
         # int64 holds units + noise below 2^62 (the noise's own bound, as in
         # DiscreteLaplace.release); the float of an int64 is correctly rounded and
-        # ldexp by 2^k exact while the result stays below 2^1023 (k <= 959)
-        if self.k <= 959 and all(-_SAFE < int(u) < _SAFE for u in units):
-            total = np.asarray(units, dtype=np.int64) + noise.astype(np.int64)
+        # ldexp by 2^k exact while the result stays below 2^1023 (k <= 959). A few
+        # values go the way of Python integers, which gives the very same floats
+        # (float() of an integer is correctly rounded too, and math.ldexp is C's)
+        if len(units) > SMALL and self.k <= 959 and all(-_SAFE < int(u) < _SAFE for u in units):
+            total = np.asarray(units, dtype=np.int64) + np.asarray(noise, dtype=np.int64)
             return np.ldexp(total.astype(np.float64), self.k).tolist()
-        return [_times_grid(int(u) + int(z), self.k)
-                for u, z in zip(units, noise.tolist(), strict=True)]
+        return [_times_grid(int(u) + int(z), self.k) for u, z in zip(units, noise, strict=True)]
 
 
 #: Context of the exact grid rounding: no traps, and precision enough for a DECIMAL's

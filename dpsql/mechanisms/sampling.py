@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 
 import numpy as np
 
@@ -88,13 +89,13 @@ def discrete_laplace(n: int, t: int, s: int = 1) -> np.ndarray:
 
     ``P(Z = z) = (1 − q)/(1 + q) · q^|z|`` with ``q = exp(−s/t)``. Up to
     :data:`SMALL` draws (a query's groups) run the same algorithm one candidate at a
-    time on Python integers (:func:`_discrete_laplace_one_by_one`): numpy's fixed cost
+    time on Python integers (:func:`discrete_laplace_list`): numpy's fixed cost
     per operation is most of the time of a few draws.
     """
     if t < 1 or s < 1:
         raise ValueError("t and s must be positive integers")
     if n <= SMALL:
-        return _discrete_laplace_one_by_one(n, t, s)
+        return np.array(discrete_laplace_list(n, t, s), dtype=np.int64)
     out = np.empty(n, dtype=np.int64)
     filled = 0
     while filled < n:
@@ -125,20 +126,31 @@ def discrete_laplace(n: int, t: int, s: int = 1) -> np.ndarray:
 
 #: Draws up to which :func:`discrete_laplace` runs on Python integers.
 SMALL = 64
+#: Words :class:`_Words` fetches at once: a draw takes about a dozen, and a query's
+#: few draws should not pay for a large read of the CSPRNG (2 KiB took 30 us right
+#: after a backend query had evicted the caches).
+_BATCH = 32
+_UNPACK = struct.Struct(f"<{_BATCH}Q").unpack
 
 
 class _Words:
-    """Uniform 64-bit words from the CSPRNG, fetched a few hundred at a time."""
+    """Uniform 64-bit words from the CSPRNG, fetched :data:`_BATCH` at a time.
+
+    Each word is 8 bytes of ``os.urandom`` read as one unsigned little-endian integer,
+    as :func:`random_words` reads them (numpy's ``uint64`` on a little-endian machine),
+    without numpy: a query's few draws run right after the backend's query, when
+    numpy's code is out of the caches.
+    """
 
     __slots__ = ("_words", "_next")
 
     def __init__(self) -> None:
-        self._words: list[int] = []
+        self._words: tuple[int, ...] = ()
         self._next = 0
 
     def __call__(self) -> int:
         if self._next == len(self._words):
-            self._words = random_words(256).tolist()
+            self._words = _UNPACK(os.urandom(8 * _BATCH))
             self._next = 0
         word = self._words[self._next]
         self._next += 1
@@ -162,8 +174,9 @@ def _bernoulli_exp_one(num: int, den: int, word: _Words) -> bool:
     return k % 2 == 1
 
 
-def _discrete_laplace_one_by_one(n: int, t: int, s: int) -> np.ndarray:
-    """:func:`discrete_laplace`'s algorithm, one candidate after another.
+def discrete_laplace_list(n: int, t: int, s: int = 1) -> list[int]:
+    """:func:`discrete_laplace`'s algorithm, one candidate after another, as a list of
+    Python integers (no numpy: :data:`SMALL` draws or fewer, a query's groups).
 
     The same steps on the same integers as the vectorised rounds (CKS Algorithm 2):
     ``U`` uniform below ``t`` kept with probability ``exp(−U/t)``; ``V`` the number of
@@ -171,6 +184,8 @@ def _discrete_laplace_one_by_one(n: int, t: int, s: int) -> np.ndarray:
     a fair sign, with "negative zero" rejected. Each kept candidate is an independent
     draw of the distribution, so ``n`` of them in turn are ``n`` i.i.d. draws.
     """
+    if t < 1 or s < 1:
+        raise ValueError("t and s must be positive integers")
     word = _Words()
     out: list[int] = []
     while len(out) < n:
@@ -185,7 +200,7 @@ def _discrete_laplace_one_by_one(n: int, t: int, s: int) -> np.ndarray:
         if negative and y == 0:
             continue
         out.append(-y if negative else y)
-    return np.array(out, dtype=np.int64)
+    return out
 
 
 def rational_scale(scale: float) -> tuple[int, int]:

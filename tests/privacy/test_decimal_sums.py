@@ -54,7 +54,7 @@ ROWS = [(0, 0, "0.10"), (1, 1, "2.49"), (2, 0, "7.00"), (3, 1, None), (4, 0, "-3
 
 @pytest.fixture
 def no_noise(monkeypatch):
-    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
 
 
 def test_one_row_per_user_releases_the_exact_clamped_total(no_noise):

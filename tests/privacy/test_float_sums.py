@@ -48,7 +48,7 @@ def _released(xs: list[float]) -> tuple[float, dict]:
 
 
 def test_one_user_moves_a_duckdb_sum_by_at_most_the_units_counted(monkeypatch):
-    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
     before, stat = _released([1.7, 2.0, 1.5, 2.0, 1.5, 0.3])
     after, _ = _released([1.7, 2.0, 2.0, 1.5, 2.0, 1.5, 0.3])
     grid = 2.0 ** (math.floor(math.log2(stat["scale"])) - 12)
@@ -81,7 +81,7 @@ def test_a_users_partial_does_not_depend_on_the_order_of_its_rows(monkeypatch):
     where ``floor(L∞ / g) + 1 = 7`` are counted (attack review of the grid sums). Each
     user's rows are now added as integers of a finer grid
     (:func:`dpsql.rewrite.grid_sums.fine_exponent`): the order no longer matters."""
-    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
     before = _released_in_order([(u, x) for u in range(8) for x in (C, B, A)])
     after = _released_in_order([(u, x) for u in range(8) for x in (A, B, C)] + [(99, 0.0)])
     assert abs(after - before) <= 7, (before, after)
@@ -136,7 +136,7 @@ def test_spark_sums_grid_units_exactly(spark_session, monkeypatch):
     first pair moved 4 → 5 units by luck of Spark's rounding and the second released
     20 units both times by luck of its float sums; now the exact total (8 partials just
     below 2.5) is rounded once, in either order."""
-    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
 
     def released(rows, catalog, sql, epsilon):
         spark_session.createDataFrame(rows, "pid int, x double").createOrReplaceTempView("t")
@@ -175,7 +175,7 @@ def test_a_derived_tables_sum_does_not_depend_on_the_order_of_its_rows(monkeypat
     where 7 are counted (1000 users: 1000 units; a WHERE on the value flips every user
     at once). Derived SUMs and AVGs of real values are added as integers of a fine grid
     (:mod:`dpsql.analyze.derived`): the order no longer matters."""
-    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
     before = _released_in_order([(u, x) for u in range(8) for x in (DA, DB, DC)], sql)
     after = _released_in_order([(u, x) for u in range(8) for x in (DC, DB, DA)], sql)
     assert before == after, (before, after)
@@ -236,7 +236,7 @@ def test_whole_values_are_added_exactly_in_any_order(kind, sql, tmp_path, reques
     stored one way or the other answered 0 or 50 (attack review). A derived SUM/AVG of
     whole values is a BIGINT sum (:func:`dpsql.analyze.derived._exact_sum`) and SQLite
     adds integers with ``dpsql_isum`` (:class:`dpsql.backends.sqlite.ExactSum`)."""
-    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
     spark = request.getfixturevalue("spark_session") if kind == "spark" else None
     forwards = [(u, x, int(x)) for u in range(50) for x in (BIG, 1.0, 1.0)]
     backwards = [(u, x, int(x)) for u in range(50) for x in (1.0, 1.0, BIG)]
@@ -278,7 +278,7 @@ def test_a_sqlite_total_beyond_2_63_fine_units_is_read_exactly(tmp_path, monkeyp
     neighbour's release could be."""
     from dpsql.grid_units import fine_exponent
 
-    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
     catalog = {"tables": {"t": {"user_key": "pid", "max_rows": 1, "columns": {
         "pid": {"type": "int"}, "x": {"type": "float", "lower": 0, "upper": 2}}}}}
     url = _sqlite_file(tmp_path / "big.db", "CREATE TABLE t (pid INTEGER PRIMARY KEY, x REAL)",
@@ -305,7 +305,7 @@ def test_a_sqlite_neighbour_past_2_63_fine_units_moves_the_units_counted(
     total had missed its exact read (attack review)."""
     from dpsql.grid_units import fine_exponent
 
-    monkeypatch.setattr(DiscreteLaplace, "sample", lambda self, n: np.zeros(n, dtype=np.int64))
+    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
     linf, epsilon, delta = 1.9999999999999998, 2.0**26, 1e-6
     catalog = {"tables": {"t": {"user_key": "pid", "max_rows": 1, "columns": {
         "pid": {"type": "int"}, "d": {"type": "date"}, "g": {"type": "int", "values": [1]},
