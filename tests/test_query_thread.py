@@ -7,13 +7,14 @@ the charge (``Backend.ready``), so that failure refuses the query for free.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
 import pytest
 
 import dpsql
-from dpsql.backends import query_thread
+from dpsql.backends import query_thread, watchdog
 from dpsql.backends.query_thread import QueryThread
 from dpsql.errors import DpsqlError, QueryCancelled
 from tests.support import backend_of, ledger_of
@@ -22,11 +23,14 @@ from tests.test_cancel import CATALOG, SLOW_SQL, slow_file  # noqa: F401, F811 -
 SQL = "SELECT COUNT(*) FROM pums"
 
 
+THREADS = ("dpsql-duckdb-query", "dpsql-watchdog")
+
+
 def _refusing(monkeypatch):
     real = threading.Thread.start
 
     def refuse(self):
-        if self.name == "dpsql-duckdb-query":
+        if self.name in THREADS:
             raise RuntimeError("can't start new thread")
         real(self)
 
@@ -34,8 +38,17 @@ def _refusing(monkeypatch):
     return real
 
 
-def test_a_thread_that_cannot_start_refuses_the_query_for_free(connect, monkeypatch):
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt  # Python's own handler's effect, from a handler of the app's
+
+
+@pytest.mark.parametrize("thread", THREADS)
+def test_a_thread_that_cannot_start_refuses_the_query_for_free(connect, monkeypatch, thread):
     conn = connect()
+    if thread == "dpsql-watchdog":  # a process whose watchdog has not started yet
+        monkeypatch.setattr(watchdog, "_WATCHDOG", watchdog._Watchdog())
+    else:  # the application's SIGINT handler: the statement runs on the query thread
+        monkeypatch.setattr(signal, "getsignal", lambda signum: _raise_keyboard_interrupt)
     _refusing(monkeypatch)
     with pytest.raises(DpsqlError, match="nothing was charged") as caught:
         conn.execute(SQL, epsilon=1.0)
@@ -177,7 +190,17 @@ def test_a_thread_idle_during_a_slow_charge_is_kept_for_its_job(connect, monkeyp
 
 
 def test_ctrl_c_just_after_the_job_is_queued_stops_the_query(slow_file, monkeypatch):  # noqa: F811
-    """Attack review: a Ctrl-C as the job was queued left the statement running on."""
+    """Attack review: a Ctrl-C as the job was queued left the statement running on. (The
+    query thread runs the statements of the main thread under an application's own
+    SIGINT handler.)"""
+    previous = signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
+    try:
+        _ctrl_c_as_the_job_is_queued(slow_file, monkeypatch)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_as_the_job_is_queued(slow_file, monkeypatch):  # noqa: F811
     conn = dpsql.connect(slow_file, catalog=CATALOG, budget=(10, 1e-5), ledger=":memory:")
     backend = backend_of(conn)
     watchdog = threading.Timer(20, lambda: backend._con.interrupt())

@@ -30,15 +30,20 @@ One statement, bound not executed: every SQL text is first split by DuckDB's own
 (``extract_statements``) and must be exactly one SELECT. The pre-charge check binds that
 one statement into a lazy relation (names and types, nothing runs) and plans it
 (``EXPLAIN`` of that statement: constant folding, nothing runs); only ``execute``
-runs it, on a worker thread that dpsql interrupts at the owner's statement timeout
+runs it, watched: dpsql interrupts it at the owner's statement timeout
 (``limits: statement_timeout_seconds``) or on Ctrl-C. Engine error texts go to
 the owner's log (:mod:`dpsql.backends._boundary`), never to the analyst.
 
 **Cancelling.** DuckDB looks for Ctrl-C only between the tasks it runs on the calling
-thread, so a long query could keep running for many seconds after it. When called from
-the main thread, ``execute`` runs the query on a worker thread and waits in Python; a
-``KeyboardInterrupt`` (Ctrl-C, a notebook's interrupt, ``_thread.interrupt_main``) then
-interrupts DuckDB at once (``interrupt()``, which stops every worker) and raises
+thread, so a long query could keep running for many seconds after it. ``execute`` runs
+the statement on the calling thread while the process's watchdog
+(:mod:`dpsql.backends.watchdog`) watches it: it interrupts DuckDB (``interrupt()``,
+which stops every worker) at the deadline, and at once on Ctrl-C (a notebook's
+interrupt, ``_thread.interrupt_main``), whose signal reaches it through Python's wakeup
+fd while the main thread is inside DuckDB. Where that fd or SIGINT's handler is the
+application's own, a statement of the main thread runs instead on the connection's
+query thread (:mod:`dpsql.backends.query_thread`) while the main thread waits in Python,
+where the ``KeyboardInterrupt`` interrupts DuckDB. Either way the interrupt raises
 :class:`~dpsql.errors.QueryCancelled`, as does DuckDB's own interrupt error.
 """
 
@@ -46,6 +51,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -54,7 +60,7 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from dpsql.backends import _boundary
+from dpsql.backends import _boundary, watchdog
 from dpsql.backends.base import Backend
 from dpsql.backends.duckdb_total import TOTAL
 from dpsql.backends.query_thread import Job, QueryThread
@@ -124,6 +130,7 @@ class DuckDBBackend(Backend):
             self.name = str(database)
         self._lock = threading.Lock()
         self._worker = QueryThread("dpsql-duckdb-query")
+        self._on_thread = False  # the last statement ran on the query thread
         self._collations: dict[str, set[str]] = {}
         self._schema_version: str | None = None
         self._columns: dict[str, dict[str, str] | None] = {}
@@ -388,7 +395,7 @@ class DuckDBBackend(Backend):
                 self.name, f"statement timeout ({self.limits.statement_timeout_seconds:g} s)",
                 sql)
         if isinstance(outcome, BaseException):
-            if isinstance(outcome, duckdb.InterruptException) or (
+            if isinstance(outcome, duckdb.InterruptException | KeyboardInterrupt) or (
                     type(outcome) is RuntimeError and str(outcome) == "Query interrupted"):
                 raise QueryCancelled()  # interrupted by someone else, or DuckDB's own check
             raise _boundary.run_failed(self.name, outcome, sql)
@@ -403,6 +410,34 @@ class DuckDBBackend(Backend):
             return exc
 
     def _run_watched(self, statement):
+        """:meth:`_run` on this thread, watched (:mod:`.watchdog`: the statement timeout
+        and Ctrl-C interrupt it); returns (outcome, timed out). Where Ctrl-C cannot be
+        watched so (the main thread under the application's own SIGINT handler or wakeup
+        fd), on the query thread (:meth:`_run_on_thread`).
+
+        A statement interrupted at its deadline is timed out; one that ended with rows
+        is not, however late the watchdog looked. The cleanup is written inline: a
+        ``KeyboardInterrupt`` can land on entry to any Python function, and what it would
+        leave undone is harmless (see the watchdog's docstring).
+        """
+        main = threading.current_thread() is threading.main_thread()
+        if main and not watchdog.catch_sigint():
+            self._on_thread = True
+            return self._run_on_thread(statement)
+        self._on_thread = False
+        watch = None
+        try:
+            watch = watchdog.begin(self, self._con.interrupt,
+                                   self.limits.statement_timeout_seconds, main)
+            outcome = self._run(statement)
+        finally:
+            if main:
+                signal.set_wakeup_fd(-1)
+            if watch is not None:
+                watchdog.end(self, watch)
+        return outcome, watch.timed_out and isinstance(outcome, BaseException)
+
+    def _run_on_thread(self, statement):
         """:meth:`_run` on the connection's query thread (:mod:`.query_thread`, started
         by :meth:`ready` before the charge) while this thread waits for it; returns
         (outcome, timed out).
@@ -453,13 +488,21 @@ class DuckDBBackend(Backend):
                 continue
 
     def ready(self) -> None:
+        """Starts the watchdog and, where the statement will run on the query thread
+        (the main thread under the application's SIGINT handler, or where the last one
+        did), that thread: nothing starts a thread after the charge."""
         try:
-            self._worker.ready()
+            watchdog.ready()
+            if threading.current_thread() is threading.main_thread() and (
+                    self._on_thread
+                    or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+                self._worker.ready()
         except RuntimeError as exc:  # the process is out of threads
             raise _boundary.not_ready(self.name, exc) from None
 
     def close(self) -> None:
         with self._lock:
+            watchdog.end(self)
             self._worker.close()
             self._con.close()
 

@@ -1,0 +1,194 @@
+"""Statements run on the calling thread, watched (:mod:`dpsql.backends.watchdog`): the
+owner's statement timeout and Ctrl-C stop them as they did on the query thread, the
+application's signal set-up is left as it was, and a forked child watches its own."""
+
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+import dpsql
+from dpsql.backends import watchdog
+from dpsql.errors import QueryCancelled
+from tests.support import backend_of, ledger_of
+from tests.test_cancel import (  # noqa: F401 - the fixtures
+    CATALOG,
+    SLOW_SQL,
+    _python_handles_ctrl_c,
+    slow_file,
+)
+
+
+def _wakeup_fd() -> int:
+    fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(fd)
+    return fd
+
+
+def _stopper(backend, seconds=30.0) -> threading.Timer:
+    """Ends the statement after ``seconds`` whatever happens: a broken watch fails the
+    test instead of hanging it."""
+    timer = threading.Timer(seconds, lambda: backend._con.interrupt())
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def test_ctrl_c_stops_a_statement_on_the_main_thread_at_once(slow_file):  # noqa: F811
+    conn = dpsql.connect(slow_file, catalog=CATALOG, budget=(10, 1e-5), ledger=":memory:")
+    stopper = _stopper(backend_of(conn))
+    ctrl_c = threading.Timer(0.5, _thread.interrupt_main)
+    ctrl_c.start()
+    start = time.monotonic()
+    with pytest.raises(QueryCancelled) as info:
+        conn.execute(SLOW_SQL, epsilon=1.0)
+    elapsed = time.monotonic() - start
+    stopper.cancel()
+    assert elapsed < 5, f"the statement ran {elapsed:.1f} s, long after Ctrl-C at 0.5 s"
+    assert info.value.charged
+    assert backend_of(conn)._on_thread is False  # it ran here, watched
+    assert _wakeup_fd() == -1  # put back
+    assert ledger_of(conn).log()[0]["outcome"] == "cancelled"
+    assert conn.execute("SELECT COUNT(*) FROM t", epsilon=1.0).rows
+    conn.close()
+
+
+def test_an_applications_wakeup_fd_is_left_to_it(slow_file):  # noqa: F811
+    # asyncio reads its signals from a wakeup fd of its own: a statement of the main
+    # thread then runs on the query thread, and the fd is the application's throughout
+    read, write = socket.socketpair()
+    write.setblocking(False)
+    previous = signal.set_wakeup_fd(write.fileno())
+    try:
+        conn = dpsql.connect(slow_file, catalog=CATALOG, budget=(10, 1e-5), ledger=":memory:")
+        assert conn.execute("SELECT COUNT(*) FROM t", epsilon=1.0).rows
+        assert backend_of(conn)._on_thread is True
+        assert _wakeup_fd() == write.fileno()
+        stopper = _stopper(backend_of(conn))
+        threading.Timer(0.5, _thread.interrupt_main).start()
+        with pytest.raises(QueryCancelled):  # Ctrl-C still stops it, on that thread
+            conn.execute(SLOW_SQL, epsilon=1.0)
+        stopper.cancel()
+        assert _wakeup_fd() == write.fileno()
+        conn.close()
+    finally:
+        signal.set_wakeup_fd(previous)
+        read.close()
+        write.close()
+
+
+def test_the_statement_timeout_on_another_thread(slow_file):  # noqa: F811
+    # dpsql serve answers on threads of its own: no signal there, the timeout still holds
+    catalog = {**CATALOG, "limits": {"statement_timeout_seconds": 0.5}}
+    conn = dpsql.connect(slow_file, catalog=catalog, budget=(10, 1e-5), ledger=":memory:")
+    stopper = _stopper(backend_of(conn))
+    out = {}
+
+    def ask():
+        start = time.monotonic()
+        try:
+            conn.execute(SLOW_SQL, epsilon=1.0)
+        except dpsql.DpsqlError as exc:
+            out["error"] = exc
+        out["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    thread.join(40)
+    stopper.cancel()
+    assert out["seconds"] < 10
+    assert not isinstance(out["error"], QueryCancelled) and out["error"].charged
+    assert ledger_of(conn).log()[0]["outcome"] == "failed"
+    conn.close()
+
+
+def test_a_ctrl_c_as_the_watch_begins_leaves_nothing_that_harms_the_next_query(
+        slow_file, monkeypatch):  # noqa: F811
+    # the Ctrl-C lands once the statement is registered, before it starts: the
+    # registration is left behind, cancelled, and the watchdog interrupts the idle
+    # connection every 50 ms; the next statement replaces it and is not interrupted
+    conn = dpsql.connect(slow_file, catalog=CATALOG, budget=(10, 1e-5), ledger=":memory:")
+    backend = backend_of(conn)
+    real = watchdog._Watchdog.begin
+
+    def interrupted(self, owner, interrupt, timeout, main):
+        real(self, owner, interrupt, timeout, main).cancelled = True
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(watchdog._Watchdog, "begin", interrupted)
+    with pytest.raises(QueryCancelled) as info:
+        conn.execute(SLOW_SQL, epsilon=1.0)
+    assert info.value.charged
+    monkeypatch.undo()
+    assert _wakeup_fd() == -1
+    assert watchdog._WATCHDOG.watches[backend].cancelled  # left behind
+    time.sleep(0.2)  # interrupted a few times while idle
+    for _ in range(3):
+        assert conn.execute("SELECT COUNT(*) FROM t", epsilon=0.5).rows
+        time.sleep(0.06)
+    assert backend not in watchdog._WATCHDOG.watches
+    assert [e["outcome"] for e in ledger_of(conn).log() if e["sql"] == SLOW_SQL] == \
+        ["cancelled"]
+    conn.close()
+
+
+def test_a_statement_past_its_deadline_is_interrupted_every_50_ms_until_it_ends():
+    # an interrupt that lands before the statement begins is not kept for it, so the
+    # watchdog interrupts again until the statement is gone; neither spinning (fails
+    # when a past deadline is taken for the next wake) nor giving up
+    calls, owner = [], object()
+    watchdog.ready()
+    watch = watchdog.begin(owner, lambda: calls.append(time.monotonic()), 0.05, main=False)
+    time.sleep(0.6)
+    assert watch.timed_out and not watch.cancelled
+    watchdog.end(owner, watch)
+    n = len(calls)
+    assert 5 <= n <= 20, f"{n} interrupts in 0.55 s"
+    time.sleep(0.2)
+    assert len(calls) == n  # none once the statement is gone
+    assert watchdog._WATCHDOG.wakes_at - time.monotonic() > 1.0
+
+
+def test_a_sigint_does_not_cancel_a_statement_of_another_thread():
+    stopped, owner = [], object()
+    watchdog.ready()
+    watch = watchdog.begin(owner, lambda: stopped.append(1), 0, main=False)
+    os.write(watchdog._WATCHDOG.signal_fd(), bytes([signal.SIGINT]))
+    time.sleep(0.3)
+    watchdog.end(owner, watch)
+    assert not watch.cancelled and stopped == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_watches_its_own_statements(slow_file):  # noqa: F811
+    catalog = {**CATALOG, "limits": {"statement_timeout_seconds": 0.5}}
+    watchdog.ready()  # the parent's runs
+    pid = os.fork()
+    if pid == 0:  # the child: its statement times out, watched by a watchdog of its own
+        code = 1
+        try:
+            conn = dpsql.connect(slow_file, catalog=catalog, budget=(10, 1e-5),
+                                 ledger=":memory:")
+            start = time.monotonic()
+            try:
+                conn.execute(SLOW_SQL, epsilon=1.0)
+            except dpsql.DpsqlError as exc:
+                code = 0 if exc.charged and time.monotonic() - start < 10 else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail("the child's statement was never stopped")
+    assert os.waitstatus_to_exitcode(status) == 0
