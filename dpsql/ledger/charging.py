@@ -51,7 +51,19 @@ from dpsql.text import escape
 class Charging:
     """Charges, refusals and outcomes (a mixin of :class:`dpsql.ledger.Ledger`)."""
 
-    def _totals_row(self, db, dataset: str, analyst: str) -> tuple | None:
+    def _totals_row(self, db, dataset: str, analyst: str, seen: dict | None = None
+                    ) -> tuple | None:
+        """The running total of (dataset, analyst), its MAC and its place in the head
+        checked; ``seen`` keeps what this transaction already read and checked (the
+        charge holds the write lock throughout, so it is still the row)."""
+        if seen is not None and (dataset, analyst) in seen:
+            return seen[(dataset, analyst)]
+        out = self._read_totals_row(db, dataset, analyst)
+        if seen is not None:
+            seen[(dataset, analyst)] = out
+        return out
+
+    def _read_totals_row(self, db, dataset: str, analyst: str) -> tuple | None:
         row = db.execute(
             "SELECT epsilon, delta, rho, rho_delta, n, mac FROM "
             f"{self._p}totals WHERE dataset = ? AND analyst = ?", (dataset, analyst)
@@ -64,12 +76,15 @@ class Charging:
         self._match_head(key, _tag(row[5]), f"the running total of {dataset!r}/{analyst!r}")
         return tuple(row[:5])
 
-    def _spent(self, db, dataset: str, analyst: str) -> Spent:
-        row = self._totals_row(db, dataset, analyst)
+    def _spent(self, db, dataset: str, analyst: str, seen: dict | None = None) -> Spent:
+        row = self._totals_row(db, dataset, analyst, seen)
         return NOTHING if row is None else Spent((row[0], row[1]), row[2], row[3])
 
-    def _add(self, db, dataset: str, analyst: str, parts: tuple) -> None:
-        old = self._totals_row(db, dataset, analyst)
+    def _add(self, db, dataset: str, analyst: str, parts: tuple,
+             seen: dict | None = None) -> None:
+        old = self._totals_row(db, dataset, analyst, seen)
+        if seen is not None:
+            seen.pop((dataset, analyst), None)  # written below: read it again if asked
         if old is None:
             new = (*(0.0 + x for x in parts), 1)
             mac = self._mac("totals", dataset, analyst, *new)
@@ -104,7 +119,8 @@ class Charging:
         return eid
 
     def _admission(self, db, dataset: str, analyst: str, cost: Cost,
-                   cap: tuple[tuple[float, float], Running] | None) -> str | None:
+                   cap: tuple[tuple[float, float], Running] | None,
+                   seen: dict | None = None) -> str | None:
         """Why ``cost`` does not fit now (None: it fits), read in the caller's transaction.
 
         The one admission rule, for the charge (inside its write transaction, under the
@@ -118,10 +134,11 @@ class Charging:
         if base is None:
             return f"no budget is set for data set {dataset!r}"
         dataset_total, accountant = base
-        checks = [("data set", dataset_total, self._spent(db, dataset, ALL))]
+        checks = [("data set", dataset_total, self._spent(db, dataset, ALL, seen))]
         own = self._budget_row(db, dataset, analyst) if analyst != ALL else None
         if own is not None:
-            checks.append((f"analyst {analyst!r}", own[0], self._spent(db, dataset, analyst)))
+            checks.append((f"analyst {analyst!r}", own[0],
+                           self._spent(db, dataset, analyst, seen)))
         if cap is not None:
             checks.append(("connection", cap[0], cap[1].spent))
         for name, total, so_far in checks:
@@ -153,7 +170,8 @@ class Charging:
         """
         parts = _check_cost(cost)
         with self._tx() as db:
-            reason = self._admission(db, dataset, analyst, cost, cap)
+            seen: dict = {}  # running totals read (and checked) in this transaction
+            reason = self._admission(db, dataset, analyst, cost, cap, seen)
             if reason is not None:
                 self._store_refusal(db, dataset, analyst, sql,
                                     "BudgetExhaustedError: " + reason)
@@ -161,8 +179,8 @@ class Charging:
                 eid = self._append(db, dataset, analyst, "charge", parts, sql,
                                    CHARGED_SQL_KEPT, "charged", None)
                 entry_hash = self._head["hash"]
-                self._add(db, dataset, analyst, parts)
-                self._add(db, dataset, ALL, parts)
+                self._add(db, dataset, analyst, parts, seen)
+                self._add(db, dataset, ALL, parts, seen)
                 if self._checkpoint_due(eid):
                     self._advance_checkpoint(db)
         if reason is not None:

@@ -8,6 +8,7 @@ anyone who can write the file can recompute it, so unkeyed it only catches accid
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -53,6 +54,7 @@ def _head_doc(mac: _Mac, seq: int, last_id: int, last_hash: str, rows: dict) -> 
                        "mac": mac("head", seq, last_id, last_hash, items)})
 
 
+@functools.lru_cache(maxsize=1024)
 def _hk(kind: str, *names: str) -> str:
     """The head's key of one row of a small table (b: budgets, t: totals, g: bindings,
     r: refusal counts)."""
