@@ -72,6 +72,7 @@ from dpsql.plan_cache import (
     plan_key,
 )
 from dpsql.postprocess import check_postprocess
+from dpsql.public_keys import prove_in_domain
 from dpsql.result import Result
 from dpsql.rewrite import EngineTraits, rewrite
 from dpsql.validate import validate
@@ -371,8 +372,7 @@ class Connection(Explaining, Answering):
         if prepared is not None:  # checked before: only charge, run, add noise
             stages.mark("options")
             return prepared
-        # the analyst's SQL is parsed once here: the probe reads the tree, analysis
-        # takes it on
+        # the analyst's SQL is parsed once here: the probe reads it, analysis takes it on
         tree = parse(ask.sql, self._catalog.limits.max_sql_length) \
             if isinstance(ask.sql, str) else ask.sql
         probe = self._schema_probe(tree, ask.text, ask.alpha)
@@ -515,12 +515,13 @@ class Connection(Explaining, Answering):
             if (column,) not in self._unique(backend, table):
                 raise CatalogError(
                     f"table {table!r}, column {column!r}: the join to the user follows this "
-                    "key, so it must be a PRIMARY KEY or UNIQUE in the database (dpsql "
-                    "checks the database, not the catalog); a duplicated key would attach "
-                    "one row to two users")
+                    "key, so it must be a PRIMARY KEY or UNIQUE in the database (dpsql checks"
+                    " the database, not the catalog); a duplicated key would attach one row "
+                    "to two users")
         stages.mark("analysis")
         traits = EngineTraits.of(backend)
         choose_sums(plan, traits, backend)  # recorded once, read by the rewrite and the noise
+        prove_in_domain(plan, backend)  # keys of public tables that need no domain filter
         expression = rewrite(plan, engine=traits)
         stages.mark("rewrite")
         return plan, expression, backend

@@ -97,6 +97,9 @@ class GroupKey:
     name: str
     expr: exp.Expression
     domain: tuple | None = None
+    #: Every value the rows can hold for it lies in ``domain``: proven before the
+    #: charge from a public table whose data cannot change (:mod:`dpsql.public_keys`).
+    in_domain: bool = False
 
 
 @dataclass

@@ -268,6 +268,12 @@ class Backend(ABC):
         """String columns of ``table`` whose equality is not byte-exact (lower-case)."""
         return set()
 
+    def frozen_count(self, expression: exp.Expression) -> int | None:
+        """The count a ``SELECT COUNT(*)`` over public tables returns, where the
+        backend's data cannot change while dpsql holds it (None: it can, or the backend
+        does not say; :mod:`dpsql.public_keys`)."""
+        return None
+
     def ready(self) -> None:
         """Acquires what running a query needs, before the query is charged.
 

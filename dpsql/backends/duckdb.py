@@ -240,6 +240,15 @@ class DuckDBBackend(Backend):
         self._schema_version = version
         return version
 
+    def frozen_count(self, expression: exp.Expression) -> int | None:
+        """A file dpsql attached read-only (DuckDB's file lock keeps writers out while
+        it is open) and dpsql's own ``:memory:`` cannot change; a caller's connection
+        can (None)."""
+        if self.name == "duckdb connection":
+            return None
+        _, rows = self.execute(expression)
+        return int(rows[0][0])
+
     def _finals_version(self) -> str | None:
         """The schema version read once, for a file or database whose schema cannot
         change behind dpsql (:meth:`schema_version`); None for a connection the caller

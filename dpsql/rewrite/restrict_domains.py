@@ -95,32 +95,45 @@ def restrict_domains(expression: exp.Select, plan: Plan,
     'SELECT sex AS __k0, COUNT(*) AS __s0 FROM pums WHERE sex IN (0, 1) GROUP BY sex'
     """
     for key in plan.keys:
-        if key.domain is None:
+        if key.domain is None or key.in_domain:  # in_domain: dpsql.public_keys
             continue
-        # bracketed: DuckDB reads ``age < 5 IN (FALSE, TRUE)`` as ``age < (5 IN ...)``
-        subject = key.expr if isinstance(key.expr, exp.Column) else exp.paren(key.expr)
-        values = [v for v in key.domain if v is not None]
-        terms: list[exp.Expression] = []
-        singles, runs = _runs(values) if _whole(key, plan) else (values, [])
-        terms += [exp.In(this=subject.copy(), expressions=[constant(v) for v in part])
-                  for part in _parts(singles)]
-        terms += [exp.Between(this=subject.copy(), low=constant(lo), high=constant(hi))
-                  for lo, hi in runs]
-        if None in key.domain:
-            terms.append(exp.Is(this=subject.copy(), expression=exp.Null()))
-        if not terms:  # WHERE lets no key of the domain through: nothing is released
-            cond: exp.Expression = exp.false()
-        elif len(terms) == 1:
-            cond = terms[0]
-        else:
-            cond = exp.paren(exp.or_(*terms))
+        cond = domain_condition(key, plan)
         if _tested(expression, cond):  # the analyst's WHERE has this very conjunct
             continue
-        if terms and engine.filter_after_grouping and _after_grouping(expression, key, plan):
+        if not isinstance(cond, exp.Boolean) and engine.filter_after_grouping \
+                and _after_grouping(expression, key, plan):
             expression = expression.having(cond, copy=False)
         else:
             expression = expression.where(cond, copy=False)
     return expression
+
+
+def domain_condition(key, plan: Plan, subject: exp.Expression | None = None
+                     ) -> exp.Expression:
+    """The test that keeps the rows whose ``key`` lies in its domain (of ``subject``,
+    the key's own expression by default): ``IN`` lists, ``BETWEEN`` runs, ``IS NULL``,
+    or ``FALSE`` for an empty domain.
+
+    >>> from dpsql.engine import _demo_plan
+    >>> plan = _demo_plan("SELECT sex, COUNT(*) FROM pums GROUP BY sex")
+    >>> domain_condition(plan.keys[0], plan).sql()
+    'sex IN (0, 1)'
+    """
+    subject = key.expr if subject is None else subject
+    # bracketed: DuckDB reads ``age < 5 IN (FALSE, TRUE)`` as ``age < (5 IN ...)``
+    subject = subject if isinstance(subject, exp.Column) else exp.paren(subject)
+    values = [v for v in key.domain if v is not None]
+    terms: list[exp.Expression] = []
+    singles, runs = _runs(values) if _whole(key, plan) else (values, [])
+    terms += [exp.In(this=subject.copy(), expressions=[constant(v) for v in part])
+              for part in _parts(singles)]
+    terms += [exp.Between(this=subject.copy(), low=constant(lo), high=constant(hi))
+              for lo, hi in runs]
+    if None in key.domain:
+        terms.append(exp.Is(this=subject.copy(), expression=exp.Null()))
+    if not terms:  # WHERE lets no key of the domain through: nothing is released
+        return exp.false()
+    return terms[0] if len(terms) == 1 else exp.paren(exp.or_(*terms))
 
 
 #: Python types of domain values whose SQL values group exactly as ``=`` compares them on

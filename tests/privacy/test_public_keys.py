@@ -1,0 +1,119 @@
+"""A key of a public table all of whose rows lie in the key's domain needs no domain
+filter (dpsql.public_keys): left out exactly where leaving it out changes nothing.
+
+The catalog: ``orders`` (private, the user ``o_custkey``, one group per user) joined to a
+public ``nation`` whose ``n_name`` has a three-name domain. Each user has one order in
+CHINA and one in a fourth nation outside the domain, so the L0 step keeps the CHINA one
+only if the filter dropped the other first: leaving the filter out where the table holds
+a name outside the domain halves CHINA's count (the test breaks then).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+import dpsql
+from dpsql import public_keys
+from dpsql.mechanisms.laplace import DiscreteLaplace
+
+USERS = 40
+DOMAIN = ["CHINA", "FRANCE", "PERU"]
+SQL = ("SELECT n_name, COUNT(*) AS n FROM orders JOIN nation ON o_nationkey = n_nationkey "
+       "GROUP BY n_name")
+
+
+def _catalog() -> dict:
+    return {"dataset": "pk", "tables": {
+        "orders": {"user_key": "o_custkey", "max_groups": 1, "max_rows": 2, "columns": {
+            "o_orderkey": {"type": "int"}, "o_custkey": {"type": "int"},
+            "o_nationkey": {"type": "int"}}},
+        "nation": {"public": True, "columns": {
+            "n_nationkey": {"type": "int"},
+            "n_name": {"type": "string", "values": DOMAIN}}}}}
+
+
+def _file(tmp_path, names: list[str | None]):
+    path = tmp_path / "pk.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE nation (n_nationkey INTEGER PRIMARY KEY, n_name VARCHAR)")
+    con.executemany("INSERT INTO nation VALUES (?, ?)", list(enumerate(names)))
+    con.execute("CREATE TABLE orders (o_orderkey INTEGER, o_custkey INTEGER, "
+                "o_nationkey INTEGER)")
+    other = len(names) - 1  # the last nation: outside the domain in the "extra" case
+    con.executemany("INSERT INTO orders VALUES (?, ?, ?)",
+                    [(2 * u + i, u, n) for u in range(USERS) for i, n in enumerate([0, other])])
+    con.close()
+    return path
+
+
+@pytest.fixture
+def no_noise(monkeypatch):
+    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
+
+
+def _answer(database, catalog=None, sql=SQL):
+    conn = dpsql.connect(database, catalog=catalog or _catalog(), budget=(100, 1e-5),
+                         ledger=":memory:")
+    result = conn.execute(sql, epsilon=10.0)
+    conn.close()
+    return dict(zip([r[0] for r in result.rows], [r[1] for r in result.rows], strict=True)), \
+        result.sql
+
+
+def test_a_table_inside_the_domain_needs_no_filter(tmp_path, no_noise):
+    # every nation is in the domain: the filter would keep every row, so it is left out
+    # and the answer is the one the filter gives
+    path = _file(tmp_path, ["CHINA", "FRANCE", "PERU"])
+    counts, sql = _answer(path)
+    assert "n_name IN (" not in sql and "n_name =" not in sql
+    # each user's orders are in CHINA and PERU: one group each, whichever the L0 keeps
+    assert counts["FRANCE"] == 0 and counts["CHINA"] + counts["PERU"] == USERS
+    assert counts["CHINA"] > 0 and counts["PERU"] > 0
+
+
+@pytest.mark.parametrize("extra", ["ATLANTIS", None, "china", "CHINA "])
+def test_a_name_outside_the_domain_keeps_the_filter(tmp_path, no_noise, extra):
+    # a fourth nation outside the domain (NULL, another case, a trailing space): each
+    # user's order there must not take the user's one L0 place from CHINA
+    path = _file(tmp_path, ["CHINA", "FRANCE", "PERU", extra])
+    counts, sql = _answer(path)  # NULL too: the catalog does not declare it nullable
+    assert "n_name IN (" in sql
+    assert counts == {"CHINA": USERS, "FRANCE": 0, "PERU": 0}
+
+
+def test_a_null_supplied_public_table_keeps_the_filter(tmp_path, no_noise):
+    path = _file(tmp_path, ["CHINA", "FRANCE", "PERU"])
+    sql = SQL.replace("JOIN nation", "LEFT JOIN nation")
+    _, text = _answer(path, sql=sql)
+    assert "n_name IN (" in text
+
+
+def test_a_narrowed_domain_keeps_the_filter(tmp_path, no_noise):
+    path = _file(tmp_path, ["CHINA", "FRANCE", "PERU"])
+    sql = SQL.replace("GROUP BY", "WHERE n_name <> 'PERU' GROUP BY")
+    counts, text = _answer(path, sql=sql)
+    assert "n_name IN (" in text or "n_name =" in text or "n_name <>" in text
+    assert set(counts) == {"CHINA", "FRANCE"}
+
+
+def test_a_callers_connection_keeps_the_filter(tmp_path, no_noise):
+    # the caller holds the connection and may write to nation between two queries
+    path = _file(tmp_path, ["CHINA", "FRANCE", "PERU"])
+    con = duckdb.connect(str(path), read_only=True)
+    _, text = _answer(con)
+    assert "n_name IN (" in text
+    con.close()
+
+
+def test_a_failing_count_keeps_the_filter(tmp_path, no_noise, monkeypatch):
+    path = _file(tmp_path, ["CHINA", "FRANCE", "PERU"])
+
+    def fails(self, expression):
+        raise RuntimeError("no")
+
+    from dpsql.backends.duckdb import DuckDBBackend
+    monkeypatch.setattr(DuckDBBackend, "frozen_count", fails)
+    _, text = _answer(path)
+    assert "n_name IN (" in text
+    assert public_keys  # the module under test
