@@ -192,3 +192,30 @@ def test_a_forked_child_watches_its_own_statements(slow_file):  # noqa: F811
         os.kill(pid, signal.SIGKILL)
         pytest.fail("the child's statement was never stopped")
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_another_threads_cancel_stops_its_statement_at_once(slow_file):  # noqa: F811
+    # dpsql serve's CancelRequest: the statement runs in a worker thread's call into
+    # DuckDB, where a KeyboardInterrupt raised in that thread would wait for its end
+    conn = dpsql.connect(slow_file, catalog=CATALOG, budget=(10, 1e-5), ledger=":memory:")
+    stopper = _stopper(backend_of(conn))
+    out = {}
+
+    def ask():
+        out["ident"] = threading.get_ident()
+        start = time.monotonic()
+        try:
+            conn.execute(SLOW_SQL, epsilon=1.0)
+        except dpsql.DpsqlError as exc:
+            out["error"] = exc
+        out["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    time.sleep(0.5)
+    watchdog.cancel_thread(out["ident"])
+    thread.join(40)
+    stopper.cancel()
+    assert isinstance(out["error"], QueryCancelled) and out["error"].charged
+    assert out["seconds"] < 5, f"the statement ran {out['seconds']:.1f} s after the cancel"
+    conn.close()

@@ -66,12 +66,13 @@ AGAIN_SECONDS = 0.05
 class Watch:
     """One running statement: how to interrupt it, its deadline, and what happened."""
 
-    __slots__ = ("interrupt", "deadline", "main", "timed_out", "cancelled")
+    __slots__ = ("interrupt", "deadline", "main", "thread", "timed_out", "cancelled")
 
     def __init__(self, interrupt: Callable[[], None], deadline: float, main: bool):
         self.interrupt = interrupt
         self.deadline = deadline
         self.main = main  # on the main thread, with SIGINT's byte sent to the watchdog
+        self.thread = threading.get_ident()  # the thread running the statement
         self.timed_out = False
         self.cancelled = False
 
@@ -130,6 +131,16 @@ class _Watchdog:
             with contextlib.suppress(OSError):  # a full socket wakes it all the same
                 self.control[1].send(b"\0")
         return watch
+
+    def cancel_thread(self, ident: int) -> None:
+        """Cancels the statements the thread ``ident`` runs, at once."""
+        with self.lock:
+            found = [w for w in self.watches.values() if w.thread == ident]
+            for w in found:
+                w.cancelled = True
+        if found:
+            with contextlib.suppress(OSError):
+                self.control[1].send(b"\0")
 
     def end(self, owner: object, watch: Watch | None = None) -> None:
         """Drops ``owner``'s registration (only ``watch``, if given)."""
@@ -232,3 +243,11 @@ def begin(owner: object, interrupt: Callable[[], None], timeout: float, main: bo
 def end(owner: object, watch: Watch | None = None) -> None:
     """The statement ended (or ``owner`` closed, without ``watch``)."""
     _WATCHDOG.end(owner, watch)
+
+
+def cancel_thread(ident: int) -> None:
+    """Interrupts the statement that the thread ``ident`` runs, if any (another thread's
+    cancel: ``dpsql serve``'s CancelRequest, which also raises ``KeyboardInterrupt`` in
+    that thread for the Python it runs; inside DuckDB's C++ code no Python runs, so that
+    exception alone would wait for the statement to end)."""
+    _WATCHDOG.cancel_thread(ident)

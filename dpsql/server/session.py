@@ -26,6 +26,7 @@ from typing import Any
 
 from dpsql import dbapi
 from dpsql import errors as dperr
+from dpsql.backends import watchdog
 from dpsql.bigquery_options import lift_dp_options
 from dpsql.probe import schema_probe
 from dpsql.result import LEVEL_COLUMN, error_layout
@@ -93,14 +94,17 @@ class Session(SessionCommands):
 
         dpsql's pipeline turns a KeyboardInterrupt into :class:`QueryCancelled`: before
         the charge nothing is spent, after it the charge is kept and the ledger logs
-        ``cancelled``; DuckDB's wait loop interrupts the engine. The interrupt is
-        raised in the worker thread only while it is inside ``execute``.
+        ``cancelled``. The statement itself, which runs in the worker thread's call into
+        DuckDB where no Python runs, is interrupted by the watchdog
+        (:func:`dpsql.backends.watchdog.cancel_thread`). The interrupt is raised in the
+        worker thread only while it is inside ``execute``.
         """
         with self._run_lock:
             if self._running is None:
                 return False
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._running),
                                                        ctypes.py_object(KeyboardInterrupt))
+            watchdog.cancel_thread(self._running)
             return True
 
     def _execute_dp(self, sql: str, params: list[Any]):

@@ -150,6 +150,11 @@ tables:
       uid: {type: int}
       x:   {type: float, lower: 0, upper: 1}
       g:   {type: int, values: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]}
+  slow:
+    user_key: uid
+    columns:
+      uid: {type: int}
+      x:   {type: int, lower: 0, upper: 99}
 """
 
 
@@ -164,6 +169,9 @@ def test_cancel_request_keeps_the_charge(tmp_path):
     con.execute("SET enable_progress_bar = false")
     con.execute("CREATE TABLE big AS SELECT (i * 7919) % 3000000 AS uid, random() AS x, "
                 "i % 10 AS g FROM range(6000000) t(i)")
+    # two users of 200,000 rows: their self-join runs far longer than the test waits
+    con.execute("CREATE TABLE slow AS SELECT i % 2 AS uid, i % 100 AS x "
+                "FROM range(400000) r(i)")
     con.close()
     (tmp_path / "big.yaml").write_text(BIG_CATALOG)
     (tmp_path / "serve.yaml").write_text(
@@ -186,11 +194,33 @@ def test_cancel_request_keeps_the_charge(tmp_path):
             timer.cancel()
             assert info.value.sqlstate == "57014"
             assert time.monotonic() - started < 10
+            # a statement that runs on: the cancel must stop DuckDB itself, not wait for
+            # it to return to Python (fails when only the KeyboardInterrupt is raised)
+            def cancel_once_charged():
+                watcher = Ledger(tmp_path / "ledger.sqlite")
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not any(
+                        "FROM slow" in e["sql"] for e in watcher.log("big", limit=3)):
+                    time.sleep(0.05)
+                watcher.close()
+                time.sleep(0.3)  # DuckDB is reading
+                started.append(time.monotonic())
+                con.cancel()
+
+            started = []
+            timer = threading.Thread(target=cancel_once_charged)
+            timer.start()
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                con.execute("SELECT COUNT(*) FROM slow a JOIN slow b ON a.uid = b.uid "
+                            "AND a.x <> b.x").fetchall()
+            timer.join()
+            assert time.monotonic() - started[0] < 5
             assert con.execute("SELECT 1").fetchone() == (1,)
     finally:
         stop(proc)
     ledger = Ledger(tmp_path / "ledger.sqlite")
     log = ledger.log("big", limit=10)
     assert [e["outcome"] for e in log if e["sql"].startswith("SELECT g")] == ["cancelled"]
-    assert ledger.spent("big", "u0").basic[0] == pytest.approx(0.1)
+    assert [e["outcome"] for e in log if "FROM slow" in e["sql"]] == ["cancelled"]
+    assert ledger.spent("big", "u0").basic[0] == pytest.approx(0.2)
     ledger.close()
