@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import signal
 import threading
 import time
 from pathlib import Path
@@ -419,10 +418,10 @@ class DuckDBBackend(Backend):
             return exc
 
     def _run_watched(self, statement):
-        """:meth:`_run` on this thread, watched (:mod:`.watchdog`: the statement timeout
-        and Ctrl-C interrupt it); returns (outcome, timed out). Where Ctrl-C cannot be
-        watched so (the main thread under the application's own SIGINT handler or wakeup
-        fd), on the query thread (:meth:`_run_on_thread`).
+        """:meth:`_run` on this thread, watched (:mod:`.watchdog`: the statement timeout,
+        another thread's cancel and Ctrl-C interrupt it); returns (outcome, timed out).
+        Where Ctrl-C cannot be watched so (the main thread under the application's own
+        SIGINT handler or wakeup fd), on the query thread (:meth:`_run_on_thread`).
 
         A statement interrupted at its deadline is timed out; one that ended with rows
         is not, however late the watchdog looked. The cleanup is written inline: a
@@ -436,15 +435,17 @@ class DuckDBBackend(Backend):
         self._on_thread = False
         watch = None
         try:
-            watch = watchdog.begin(self, self._con.interrupt,
-                                   self.limits.statement_timeout_seconds, main)
+            watch = watchdog.begin(self, self.limits.statement_timeout_seconds, main)
             outcome = self._run(statement)
         finally:
-            if main:
-                signal.set_wakeup_fd(-1)
-            if watch is not None:
-                watchdog.end(self, watch)
+            # without a watch (a Ctrl-C inside begin): whatever begin registered for this
+            # connection, whose statements run one at a time under its lock
+            watchdog.end(self, watch)
         return outcome, watch.timed_out and isinstance(outcome, BaseException)
+
+    def interrupt_statement(self) -> None:
+        """Stops the statement running on this connection (the watchdog's call)."""
+        self._con.interrupt()
 
     def _run_on_thread(self, statement):
         """:meth:`_run` on the connection's query thread (:mod:`.query_thread`, started
@@ -498,13 +499,13 @@ class DuckDBBackend(Backend):
 
     def ready(self) -> None:
         """Starts the watchdog and, where the statement will run on the query thread
-        (the main thread under the application's SIGINT handler, or where the last one
-        did), that thread: nothing starts a thread after the charge."""
+        (the main thread under the application's SIGINT handler or wakeup fd,
+        :func:`~dpsql.backends.watchdog.catch_sigint`), that thread: nothing starts a
+        thread after the charge."""
         try:
             watchdog.ready()
-            if threading.current_thread() is threading.main_thread() and (
-                    self._on_thread
-                    or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+            if threading.current_thread() is threading.main_thread() \
+                    and not watchdog.catch_sigint():
                 self._worker.ready()
         except RuntimeError as exc:  # the process is out of threads
             raise _boundary.not_ready(self.name, exc) from None

@@ -15,34 +15,48 @@ thread, and one thread per process watches every statement running anywhere:
   begins is not kept for it). Registering wakes nobody: the watchdog looks at least
   every :data:`LOOK_SECONDS`, and is woken only for a deadline nearer than its next
   look.
-* **Ctrl-C**, for a statement on the main thread: while it runs, Python's wakeup fd
+* **another thread's cancel** (:func:`cancel_thread`: ``dpsql serve``'s CancelRequest),
+  at once.
+* **Ctrl-C**, for a statement on the main thread: Python's wakeup fd
   (:func:`signal.set_wakeup_fd`) is this module's socket, so the C-level handler of
   SIGINT (a real Ctrl-C, or ``_thread.interrupt_main``) writes the signal's number
   there the moment it arrives, even while the main thread is inside the backend's C++
   code and runs no Python. The watchdog then interrupts the statement at once, and
   Python's own handler raises ``KeyboardInterrupt`` as soon as the statement returns.
-  Only where nothing else relies on those bytes: Python's own handler must be in
-  place (a handler of the application's may not want the statement stopped) and no
-  other wakeup fd set (asyncio's loop reads its signals from one). Elsewhere
-  :func:`can_watch` says no, and the backend keeps its query thread.
+  A byte counts only for the statement it arrived during: what is left in the socket
+  when a main-thread statement begins or ends is dropped, under the lock the watchdog
+  reads it under (else a Ctrl-C that DuckDB's own check had already answered would
+  cancel a later query).
+
+**The wakeup fd.** :func:`catch_sigint`, before the charge, makes the socket Python's
+wakeup fd where none is set, and leaves it there: setting it and putting it back for
+every statement left a gap in which a signal reached nobody's fd (an application's
+asyncio loop missed it). Python's own signal handling is unchanged by it (the handler
+still runs; the byte is only a wake-up), and an application that sets a wakeup fd of
+its own later simply replaces it. Only where the application relies on those bytes
+does the statement run elsewhere: under an SIGINT handler of the application's (which
+may not want the statement stopped), or when a wakeup fd of the application's is found
+(asyncio's loop reads its signals from one): then it is put back at once, remembered,
+and from then on never taken again, and the backend runs the main thread's
+statements on its query thread. Finding one is the one place a signal can still be
+missed, once, in the microseconds between taking the fd and putting it back.
 
 The watchdog thread is started before the charge (:func:`ready`; a process out of
-threads refuses the query for free) and never ends: it is a daemon that waits in
-``select`` and holds nothing. A forked child starts its own, with sockets of its own
-(the parent's stay open in the child, unused), and does not keep the parent's socket
-as its wakeup fd: the parent's watchdog would read the child's signals.
+threads refuses the query for free), started again if it ever ended, and otherwise
+never ends: a daemon that waits on its two sockets (``selectors``, so any fd number
+works) and holds nothing. A forked child starts its own, with a lock and sockets of its
+own (the parent's stay open in the child, unused: a fork while another thread held the
+parent's lock would leave it held forever), and does not keep the parent's socket as
+its wakeup fd: the parent's watchdog would read the child's signals.
 
 **A Ctrl-C at any instant.** Python raises ``KeyboardInterrupt`` at the next check of
 its eval loop, which may be on entry to any Python function, so no cleanup written as a
 call can be relied on to run. What the caller must undo is therefore harmless when it
-is left undone: the wakeup fd left at the watchdog's socket (never closed: a signal's
-byte there is read and dropped); a statement's registration left behind (each owner has
-one registration, replaced by its next statement and dropped at its close; interrupting
-an idle DuckDB connection does nothing, and the watchdog interrupts only while it holds
-the lock a new registration takes, so it never interrupts the next statement in its
-stead). The one exception: taking an application's wakeup fd to read it and putting it
-back (:func:`catch_sigint`) is two calls, and a Ctrl-C landing in the microseconds
-between them leaves the watchdog's socket in its place.
+is left undone: a statement's registration left behind (each owner has one
+registration, replaced by its next statement and dropped at its close; it holds its
+owner only weakly, so an owner nobody holds is dropped; interrupting an idle DuckDB
+connection does nothing, and the watchdog interrupts only while it holds the lock a new
+registration takes, so it never interrupts the next statement in its stead).
 """
 
 from __future__ import annotations
@@ -50,12 +64,12 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import select
+import selectors
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+import weakref
 
 #: Seconds the watchdog waits at most before it looks at the deadlines again.
 LOOK_SECONDS = 30.0
@@ -64,17 +78,23 @@ AGAIN_SECONDS = 0.05
 
 
 class Watch:
-    """One running statement: how to interrupt it, its deadline, and what happened."""
+    """One running statement: its owner (weakly; the owner's ``interrupt_statement``
+    stops it), its deadline, and what happened."""
 
-    __slots__ = ("interrupt", "deadline", "main", "thread", "timed_out", "cancelled")
+    __slots__ = ("owner", "deadline", "main", "thread", "timed_out", "cancelled")
 
-    def __init__(self, interrupt: Callable[[], None], deadline: float, main: bool):
-        self.interrupt = interrupt
+    def __init__(self, owner: object, deadline: float, main: bool):
+        self.owner = weakref.ref(owner)
         self.deadline = deadline
         self.main = main  # on the main thread, with SIGINT's byte sent to the watchdog
         self.thread = threading.get_ident()  # the thread running the statement
         self.timed_out = False
         self.cancelled = False
+
+    def interrupt(self) -> None:
+        owner = self.owner()
+        if owner is not None:
+            owner.interrupt_statement()
 
 
 def _pair() -> tuple[socket.socket, socket.socket]:
@@ -86,31 +106,37 @@ def _pair() -> tuple[socket.socket, socket.socket]:
 
 class _Watchdog:
     """The process's watchdog: its thread, its two sockets and the running statements
-    (one per owner, a backend connection)."""
+    (one per owner, a backend connection, by ``id``)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.watches: dict[object, Watch] = {}
+        self.watches: dict[int, Watch] = {}
         self.pid: int | None = None
+        self.thread: threading.Thread | None = None
         self.wakes_at = 0.0
         self.kept: list[socket.socket] = []  # sockets of a parent process, never closed
         self.control: tuple[socket.socket, socket.socket] | None = None
         self.signals: tuple[socket.socket, socket.socket] | None = None
+        #: an application's wakeup fd was found: never take it again
+        self.applications_fd = False
 
     def ready(self) -> None:
         """Starts the thread unless it runs in this process (raises what
         ``Thread.start`` raises)."""
         with self.lock:
-            if self.pid == os.getpid():
+            if self.pid == os.getpid() and self.thread is not None \
+                    and self.thread.is_alive():
                 return
-            if self.control is not None:  # a forked child: the parent's stay, unused
-                self.kept += [*self.control, *self.signals]
-            control, signals = _pair(), _pair()
-            thread = threading.Thread(target=self._serve, args=(control[0], signals[0]),
+            if self.pid != os.getpid():
+                if self.control is not None:  # a forked child: the parent's stay, unused
+                    self.kept += [*self.control, *self.signals]
+                self.control, self.signals = _pair(), _pair()
+                self.watches = {}
+            thread = threading.Thread(target=self._serve,
+                                      args=(self.control[0], self.signals[0]),
                                       name="dpsql-watchdog", daemon=True)
             thread.start()
-            self.control, self.signals = control, signals
-            self.watches = {}
+            self.thread = thread
             self.wakes_at = 0.0
             self.pid = os.getpid()
 
@@ -118,14 +144,15 @@ class _Watchdog:
         self.ready()
         return self.signals[1].fileno()
 
-    def begin(self, owner: object, interrupt: Callable[[], None], timeout: float,
-              main: bool) -> Watch:
+    def begin(self, owner: object, timeout: float, main: bool) -> Watch:
         """Registers ``owner``'s statement (replacing what its last one left)."""
         deadline = time.monotonic() + timeout if timeout > 0 else math.inf
-        watch = Watch(interrupt, deadline, main)
+        watch = Watch(owner, deadline, main)
         self.ready()  # started before the charge already: this only looks
         with self.lock:
-            self.watches[owner] = watch
+            if main:  # a byte from before this statement is not for it
+                _drain(self.signals[0])
+            self.watches[id(owner)] = watch
             wake = deadline < self.wakes_at
         if wake:  # after registering: woken, it finds the deadline
             with contextlib.suppress(OSError):  # a full socket wakes it all the same
@@ -145,15 +172,25 @@ class _Watchdog:
     def end(self, owner: object, watch: Watch | None = None) -> None:
         """Drops ``owner``'s registration (only ``watch``, if given)."""
         with self.lock:
-            if watch is None or self.watches.get(owner) is watch:
-                self.watches.pop(owner, None)
+            if watch is not None and watch.main and self.signals is not None:
+                _drain(self.signals[0])  # nor a byte that came after its end
+            if watch is None or self.watches.get(id(owner)) is watch:
+                self.watches.pop(id(owner), None)
 
     def _serve(self, control: socket.socket, signals: socket.socket) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(control, selectors.EVENT_READ)
+        selector.register(signals, selectors.EVENT_READ)
         while True:
             now = time.monotonic()
             with self.lock:
+                if self.pid != os.getpid():  # a forked child's copy of this thread's state
+                    return
                 due = False
-                for w in self.watches.values():
+                for key, w in list(self.watches.items()):
+                    if w.owner() is None:  # nobody holds its owner: nothing runs
+                        del self.watches[key]
+                        continue
                     if w.deadline <= now:
                         w.timed_out = True
                     if w.timed_out or w.cancelled:
@@ -167,17 +204,18 @@ class _Watchdog:
                 wakes_at = min(wakes_at, now + (AGAIN_SECONDS if due else LOOK_SECONDS))
                 self.wakes_at = wakes_at
             try:
-                ready, _, _ = select.select([control, signals], [], [],
-                                            max(0.0, wakes_at - time.monotonic()))
-            except (OSError, ValueError):  # the sockets are gone: the process is ending
+                events = selector.select(max(0.0, wakes_at - time.monotonic()))
+            except (OSError, ValueError):  # closed under it: ready() starts another
                 return
-            if control in ready:
-                _drain(control)
-            if signals in ready and signal.SIGINT in _drain(signals):
-                with self.lock:
-                    for w in self.watches.values():
-                        if w.main:
-                            w.cancelled = True
+            for key, _ in events:
+                if key.fileobj is control:
+                    _drain(control)
+                    continue
+                with self.lock:  # read and marked under the lock begin and end drain under
+                    if signal.SIGINT in _drain(signals):
+                        for w in self.watches.values():
+                            if w.main:
+                                w.cancelled = True
 
 
 def _drain(sock: socket.socket) -> bytes:
@@ -191,8 +229,11 @@ def _drain(sock: socket.socket) -> bytes:
 _WATCHDOG = _Watchdog()
 
 
-def _forget_parents_socket() -> None:
-    # the child's signals must not reach the parent's watchdog through a shared socket
+def _in_child() -> None:
+    # a lock another thread held at the fork stays held in the child: a new one; and the
+    # child's signals must not reach the parent's watchdog through a shared socket
+    _WATCHDOG.lock = threading.Lock()
+    _WATCHDOG.thread = None
     parents = _WATCHDOG.signals
     if parents is None or threading.current_thread() is not threading.main_thread():
         return
@@ -203,7 +244,7 @@ def _forget_parents_socket() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_parents_socket)
+    os.register_at_fork(after_in_child=_in_child)
 
 
 def ready() -> None:
@@ -212,32 +253,35 @@ def ready() -> None:
 
 
 def catch_sigint() -> bool:
-    """On the main thread: makes the watchdog's socket Python's wakeup fd, so that a
-    Ctrl-C reaches it while the statement runs; False (and nothing changed) where the
-    application has its own SIGINT handler or wakeup fd. The caller sets the wakeup fd
-    back to -1 after the statement.
-
-    An application's wakeup fd is put back as it was found, but with Python's default
-    ``warn_on_full_buffer`` (the setting cannot be read).
+    """On the main thread, before the charge: whether its statements can run here,
+    watched, with Python's wakeup fd the watchdog's socket (set here where none is; see
+    the module docstring). False where the application's own SIGINT handler or wakeup
+    fd is in place; that fd is put back, and never taken again. Never raises.
     """
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    if _WATCHDOG.applications_fd \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return False
-    ours = _WATCHDOG.signal_fd()
     try:
+        ours = _WATCHDOG.signal_fd()
         previous = signal.set_wakeup_fd(ours, warn_on_full_buffer=False)
-    except ValueError:  # not the main interpreter
+    except (ValueError, OSError, RuntimeError):  # not the main interpreter; no thread
         return False
     if previous in (-1, ours):
         return True
-    signal.set_wakeup_fd(previous)
+    _WATCHDOG.applications_fd = True
+    try:
+        signal.set_wakeup_fd(previous)
+    except (ValueError, OSError):  # the application closed it without setting -1
+        return True
     return False
 
 
-def begin(owner: object, interrupt: Callable[[], None], timeout: float, main: bool) -> Watch:
-    """Watches ``owner``'s statement, about to run: ``interrupt`` is called once
-    ``timeout`` seconds have passed (``0``: never) and, with ``main`` (the caller
-    holds the wakeup fd, :func:`catch_sigint`), on Ctrl-C. End it with :func:`end`."""
-    return _WATCHDOG.begin(owner, interrupt, timeout, main)
+def begin(owner: object, timeout: float, main: bool) -> Watch:
+    """Watches ``owner``'s statement, about to run: ``owner.interrupt_statement()`` is
+    called once ``timeout`` seconds have passed (``0``: never), on :func:`cancel_thread`
+    and, with ``main`` (:func:`catch_sigint` said yes), on Ctrl-C. End it with
+    :func:`end`."""
+    return _WATCHDOG.begin(owner, timeout, main)
 
 
 def end(owner: object, watch: Watch | None = None) -> None:
