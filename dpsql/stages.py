@@ -34,15 +34,21 @@ class StageClock:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = dict.fromkeys(STAGES, 0.0)
+        #: the calling thread's CPU seconds per stage (a statement the backend runs on
+        #: the calling thread counts in ``backend``)
+        self.cpu: dict[str, float] = dict.fromkeys(STAGES, 0.0)
         self._last = time.perf_counter()
+        self._last_cpu = time.thread_time()
 
     def start(self) -> None:
         self._last = time.perf_counter()
+        self._last_cpu = time.thread_time()
 
     def mark(self, stage: str) -> None:
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.thread_time()
         self.seconds[stage] += now - self._last
-        self._last = now
+        self.cpu[stage] += cpu - self._last_cpu
+        self._last, self._last_cpu = now, cpu
 
 
 def mark(stage: str) -> None:
