@@ -36,6 +36,25 @@ def _wakeup_fd() -> int:
     return fd
 
 
+def _slow_in_a_thread(conn) -> tuple[threading.Thread, dict]:
+    """The slow query asked on a thread of its own: its ident, the error it ended with
+    and how many seconds it ran go into the dict."""
+    out: dict = {}
+
+    def ask():
+        out["ident"] = threading.get_ident()
+        start = time.monotonic()
+        try:
+            conn.execute(SLOW_SQL, epsilon=1.0)
+        except dpsql.DpsqlError as exc:
+            out["error"] = exc
+        out["seconds"] = time.monotonic() - start
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    return thread, out
+
+
 def _stopper(backend, seconds=30.0) -> threading.Timer:
     """Ends the statement after ``seconds`` whatever happens: a broken watch fails the
     test instead of hanging it."""
@@ -94,18 +113,7 @@ def test_the_statement_timeout_on_another_thread(slow_file):  # noqa: F811
     catalog = {**CATALOG, "limits": {"statement_timeout_seconds": 0.5}}
     conn = dpsql.connect(slow_file, catalog=catalog, budget=(10, 1e-5), ledger=":memory:")
     stopper = _stopper(backend_of(conn))
-    out = {}
-
-    def ask():
-        start = time.monotonic()
-        try:
-            conn.execute(SLOW_SQL, epsilon=1.0)
-        except dpsql.DpsqlError as exc:
-            out["error"] = exc
-        out["seconds"] = time.monotonic() - start
-
-    thread = threading.Thread(target=ask)
-    thread.start()
+    thread, out = _slow_in_a_thread(conn)
     thread.join(40)
     stopper.cancel()
     assert out["seconds"] < 10
@@ -206,19 +214,7 @@ def test_another_threads_cancel_stops_its_statement_at_once(slow_file):  # noqa:
     # DuckDB, where a KeyboardInterrupt raised in that thread would wait for its end
     conn = dpsql.connect(slow_file, catalog=CATALOG, budget=(10, 1e-5), ledger=":memory:")
     stopper = _stopper(backend_of(conn))
-    out = {}
-
-    def ask():
-        out["ident"] = threading.get_ident()
-        start = time.monotonic()
-        try:
-            conn.execute(SLOW_SQL, epsilon=1.0)
-        except dpsql.DpsqlError as exc:
-            out["error"] = exc
-        out["seconds"] = time.monotonic() - start
-
-    thread = threading.Thread(target=ask)
-    thread.start()
+    thread, out = _slow_in_a_thread(conn)
     time.sleep(0.5)
     watchdog.cancel_thread(out["ident"])
     thread.join(40)
@@ -257,7 +253,8 @@ def test_each_ctrl_c_cancels_one_query_only(slow_file):  # noqa: F811
                 stopped += 1
         except KeyboardInterrupt:  # landed between two queries
             stopped += 1
-    assert stopped == len(sent) == 250
+    # two Ctrl-Cs before the main thread looks are one (Python's flag): fewer, never more
+    assert len(sent) == 250 and 150 <= stopped <= 250
     conn.close()
 
 
