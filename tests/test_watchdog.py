@@ -320,13 +320,27 @@ def test_an_applications_wakeup_fd_means_the_thread_starts_before_the_charge(
 def test_a_closed_applications_wakeup_fd_fails_no_query(slow_file, monkeypatch):  # noqa: F811
     monkeypatch.setattr(watchdog, "_WATCHDOG", watchdog._Watchdog())
     read, write = socket.socketpair()
-    write.setblocking(False)
-    previous = signal.set_wakeup_fd(write.fileno())
+    stale = os.dup2(write.fileno(), 900)  # a number nothing opened here will reuse
+    os.set_blocking(stale, False)
+    previous = signal.set_wakeup_fd(stale)
+    os.close(stale)  # closed without setting -1
     read.close()
-    write.close()  # closed without setting -1
+    write.close()
+    real = threading.Thread.start
+
+    def refuse(self):
+        if self.name == "dpsql-duckdb-query":
+            raise RuntimeError("can't start new thread")
+        real(self)
+
     try:
         conn = dpsql.connect(slow_file, catalog=CATALOG, budget=(10, 1e-5), ledger=":memory:")
-        assert conn.execute("SELECT COUNT(*) FROM t", epsilon=1.0).rows
+        # the dead fd is no application's: the statements run here, no thread is needed
+        # (attack review: it was taken for one after the charge, and a thread started)
+        monkeypatch.setattr(threading.Thread, "start", refuse)
+        for i in range(2):
+            assert conn.execute(f"SELECT COUNT(*) FROM t WHERE x > {i}", epsilon=1.0).rows
+        assert backend_of(conn)._on_thread is False
         conn.close()
     finally:
         signal.set_wakeup_fd(previous)
@@ -381,3 +395,38 @@ def test_a_left_registration_does_not_keep_its_connection(slow_file):  # noqa: F
     assert backend() is None
     time.sleep(0.2)
     assert not any(w.owner() is None for w in watchdog._WATCHDOG.watches.values())
+
+
+def test_a_ctrl_c_on_entry_to_end_leaves_nothing_that_interrupts_later_work(
+        slow_file):  # noqa: F811
+    # attack review: the pending KeyboardInterrupt of a cancelled statement often lands on
+    # entry to watchdog.end; the registration it left, cancelled, was interrupted every
+    # 50 ms and later plan checks of the connection were refused. The statement marks it
+    # done as it returns, and a done registration is never interrupted
+    conn = dpsql.connect(slow_file, catalog=CATALOG, budget=(100, 1e-5), ledger=":memory:")
+    backend = backend_of(conn)
+    stopper = _stopper(backend)
+
+    def ctrl_c_once_running():
+        deadline = time.monotonic() + 20
+        while id(backend) not in watchdog._WATCHDOG.watches and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        _thread.interrupt_main()
+
+    threading.Thread(target=ctrl_c_once_running, daemon=True).start()
+    with pytest.raises(QueryCancelled):
+        conn.execute(SLOW_SQL, epsilon=1.0)
+    stopper.cancel()
+    left = watchdog._WATCHDOG.watches.get(id(backend))
+    assert left is None or left.done  # left behind (often) or ended; never running
+    # and the same, made sure of: a cancelled registration left behind by its statement
+    watch = watchdog.begin(backend, 0, main=True)
+    watch.done = watch.cancelled = True
+    watchdog.cancel_thread(threading.get_ident())  # wakes the watchdog now
+    for i in range(60):  # each a new text, planned and checked; no statement runs
+        assert conn.explain(f"SELECT COUNT(*) FROM t WHERE x > {i}", epsilon=1.0).sql
+        time.sleep(0.01)
+    assert conn.execute("SELECT COUNT(*) FROM t", epsilon=1.0).rows
+    assert id(backend) not in watchdog._WATCHDOG.watches
+    conn.close()

@@ -130,6 +130,7 @@ class DuckDBBackend(Backend):
         self._lock = threading.Lock()
         self._worker = QueryThread("dpsql-duckdb-query")
         self._on_thread = False  # the last statement ran on the query thread
+        self._watch: watchdog.Watch | None = None  # the running statement's watch
         self._collations: dict[str, set[str]] = {}
         self._schema_version: str | None = None
         self._columns: dict[str, dict[str, str] | None] = {}
@@ -410,12 +411,17 @@ class DuckDBBackend(Backend):
         return outcome
 
     def _run(self, statement) -> tuple[list[str], list[tuple]] | BaseException:
-        """Runs one statement; returns (columns, rows), or the exception it raised."""
+        """Runs one statement; returns (columns, rows), or the exception it raised; marks
+        the statement's watch done as it returns (:mod:`.watchdog`)."""
+        watch = self._watch
         try:
             cur = self._con.execute(statement)
             return [d[0] for d in cur.description], cur.fetchall()
         except BaseException as exc:  # noqa: BLE001 - returned, never printed by a thread
             return exc
+        finally:
+            if watch is not None:
+                watch.done = True
 
     def _run_watched(self, statement):
         """:meth:`_run` on this thread, watched (:mod:`.watchdog`: the statement timeout,
@@ -435,9 +441,11 @@ class DuckDBBackend(Backend):
         self._on_thread = False
         watch = None
         try:
-            watch = watchdog.begin(self, self.limits.statement_timeout_seconds, main)
+            watch = self._watch = watchdog.begin(
+                self, self.limits.statement_timeout_seconds, main)
             outcome = self._run(statement)
         finally:
+            self._watch = None
             # without a watch (a Ctrl-C inside begin): whatever begin registered for this
             # connection, whose statements run one at a time under its lock
             watchdog.end(self, watch)

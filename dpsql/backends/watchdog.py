@@ -54,9 +54,11 @@ its eval loop, which may be on entry to any Python function, so no cleanup writt
 call can be relied on to run. What the caller must undo is therefore harmless when it
 is left undone: a statement's registration left behind (each owner has one
 registration, replaced by its next statement and dropped at its close; it holds its
-owner only weakly, so an owner nobody holds is dropped; interrupting an idle DuckDB
-connection does nothing, and the watchdog interrupts only while it holds the lock a new
-registration takes, so it never interrupts the next statement in its stead).
+owner only weakly, so an owner nobody holds is dropped; the runner marks it ``done`` as
+the statement returns, with an attribute store before which no ``KeyboardInterrupt``
+lands, and a done registration is never interrupted again, so no later plan check or
+statement of the connection is; interrupting an idle DuckDB connection does nothing,
+and the watchdog interrupts only while it holds the lock a new registration takes).
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ class Watch:
     """One running statement: its owner (weakly; the owner's ``interrupt_statement``
     stops it), its deadline, and what happened."""
 
-    __slots__ = ("owner", "deadline", "main", "thread", "timed_out", "cancelled")
+    __slots__ = ("owner", "deadline", "main", "thread", "timed_out", "cancelled", "done")
 
     def __init__(self, owner: object, deadline: float, main: bool):
         self.owner = weakref.ref(owner)
@@ -90,6 +92,9 @@ class Watch:
         self.thread = threading.get_ident()  # the thread running the statement
         self.timed_out = False
         self.cancelled = False
+        #: the statement has returned (set by the runner as it returns, an attribute
+        #: store no KeyboardInterrupt lands before): never interrupted again
+        self.done = False
 
     def interrupt(self) -> None:
         owner = self.owner()
@@ -188,8 +193,8 @@ class _Watchdog:
                     return
                 due = False
                 for key, w in list(self.watches.items()):
-                    if w.owner() is None:  # nobody holds its owner: nothing runs
-                        del self.watches[key]
+                    if w.done or w.owner() is None:  # its statement returned; nobody
+                        del self.watches[key]        # holds its owner: nothing runs
                         continue
                     if w.deadline <= now:
                         w.timed_out = True
@@ -268,11 +273,11 @@ def catch_sigint() -> bool:
         return False
     if previous in (-1, ours):
         return True
-    _WATCHDOG.applications_fd = True
     try:
         signal.set_wakeup_fd(previous)
-    except (ValueError, OSError):  # the application closed it without setting -1
-        return True
+    except (ValueError, OSError):  # closed by the application without setting -1: gone,
+        return True                # and ours stays (the same answer next time)
+    _WATCHDOG.applications_fd = True
     return False
 
 
