@@ -55,6 +55,18 @@ def _slow_in_a_thread(conn) -> tuple[threading.Thread, dict]:
     return thread, out
 
 
+def _refuse_query_threads(monkeypatch) -> None:
+    """From now on no query thread can start (a process out of threads)."""
+    real = threading.Thread.start
+
+    def refuse(self):
+        if self.name == "dpsql-duckdb-query":
+            raise RuntimeError("can't start new thread")
+        real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+
+
 def _stopper(backend, seconds=30.0) -> threading.Timer:
     """Ends the statement after ``seconds`` whatever happens: a broken watch fails the
     test instead of hanging it."""
@@ -296,16 +308,9 @@ def test_an_applications_wakeup_fd_means_the_thread_starts_before_the_charge(
     read, write = socket.socketpair()
     write.setblocking(False)
     previous = signal.set_wakeup_fd(write.fileno())
-    real = threading.Thread.start
-
-    def refuse(self):
-        if self.name == "dpsql-duckdb-query":
-            raise RuntimeError("can't start new thread")
-        real(self)
-
     try:
         conn = dpsql.connect(slow_file, catalog=CATALOG, budget=(10, 1e-5), ledger=":memory:")
-        monkeypatch.setattr(threading.Thread, "start", refuse)
+        _refuse_query_threads(monkeypatch)
         with pytest.raises(dpsql.DpsqlError) as info:
             conn.execute("SELECT COUNT(*) FROM t", epsilon=1.0)
         assert not info.value.charged
@@ -326,18 +331,11 @@ def test_a_closed_applications_wakeup_fd_fails_no_query(slow_file, monkeypatch):
     os.close(stale)  # closed without setting -1
     read.close()
     write.close()
-    real = threading.Thread.start
-
-    def refuse(self):
-        if self.name == "dpsql-duckdb-query":
-            raise RuntimeError("can't start new thread")
-        real(self)
-
     try:
         conn = dpsql.connect(slow_file, catalog=CATALOG, budget=(10, 1e-5), ledger=":memory:")
         # the dead fd is no application's: the statements run here, no thread is needed
         # (attack review: it was taken for one after the charge, and a thread started)
-        monkeypatch.setattr(threading.Thread, "start", refuse)
+        _refuse_query_threads(monkeypatch)
         for i in range(2):
             assert conn.execute(f"SELECT COUNT(*) FROM t WHERE x > {i}", epsilon=1.0).rows
         assert backend_of(conn)._on_thread is False
