@@ -20,8 +20,9 @@ because:
 * the count is exact only as long as the table does not change, so only a backend whose
   data cannot change while dpsql holds it counts (a DuckDB file dpsql attached
   read-only, whose file lock keeps writers out; dpsql's own ``:memory:``:
-  :meth:`~dpsql.backends.base.Backend.frozen_count`). The plan that holds the decision
-  lives with that connection (its plan cache);
+  :meth:`~dpsql.backends.base.Backend.frozen_count`), and only a base table: a view is
+  computed afresh by each statement (``random()``, the clock, another table). The plan
+  that holds the decision lives with that connection (its plan cache);
 * the engine's own ``IN``/``BETWEEN``/``IS NULL`` decides, as the filter would, so no
   Python equality enters;
 * a null-supplied table (the right side of a LEFT JOIN) adds NULL keys of no row of
@@ -45,12 +46,12 @@ def prove_in_domain(plan: Plan, backend) -> None:
         source = _public_source(plan, key)
         if source is None:
             continue
-        column = exp.column(key.expr.name)
-        dropped = exp.Not(this=exp.func("COALESCE", domain_condition(key, plan, column),
-                                         exp.false()))
-        query = exp.select(exp.alias_(exp.Count(this=exp.Star()), "n")).from_(
-            exp.to_table(source.table.name)).where(dropped)
         try:
+            column = exp.column(key.expr.name)
+            dropped = exp.Not(this=exp.func("COALESCE", domain_condition(key, plan, column),
+                                             exp.false()))
+            query = exp.select(exp.alias_(exp.Count(this=exp.Star()), "n")).from_(
+                exp.to_table(source.table.name)).where(dropped)
             count = backend.frozen_count(query)
         except Exception:  # noqa: BLE001 - a choice of speed: the filter is always sound
             count = None

@@ -131,6 +131,7 @@ class DuckDBBackend(Backend):
         self._worker = QueryThread("dpsql-duckdb-query")
         self._on_thread = False  # the last statement ran on the query thread
         self._watch: watchdog.Watch | None = None  # the running statement's watch
+        self._bases: set[str] | None = None  # frozen_count's base tables
         self._collations: dict[str, set[str]] = {}
         self._schema_version: str | None = None
         self._columns: dict[str, dict[str, str] | None] = {}
@@ -246,8 +247,22 @@ class DuckDBBackend(Backend):
         can (None)."""
         if self.name == "duckdb connection":
             return None
+        # a view is computed afresh by every statement (random(), now(), another
+        # table): only base tables hold what was counted (attack review)
+        read = {t.name.lower() for t in expression.find_all(exp.Table)}
+        if not read or not read <= self._base_tables():
+            return None
         _, rows = self.execute(expression)
         return int(rows[0][0])
+
+    def _base_tables(self) -> set[str]:
+        """The current schema's base tables (not views), lower-cased; read once, as the
+        schema of a frozen instance cannot change."""
+        if self._bases is None:
+            self._bases = {name.lower() for (name,) in self._metadata(
+                "(schema)", "SELECT table_name FROM duckdb_tables() WHERE database_name = "
+                "current_database() AND schema_name = current_schema()", [])}
+        return self._bases
 
     def _finals_version(self) -> str | None:
         """The schema version read once, for a file or database whose schema cannot

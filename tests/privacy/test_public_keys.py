@@ -117,3 +117,19 @@ def test_a_failing_count_keeps_the_filter(tmp_path, no_noise, monkeypatch):
     _, text = _answer(path)
     assert "n_name IN (" in text
     assert public_keys  # the module under test
+
+
+def test_a_public_view_keeps_the_filter(tmp_path, no_noise):
+    # attack review: a view is computed afresh by each statement (here a name outside the
+    # domain one statement in two), so what the count saw need not be what the query reads
+    path = _file(tmp_path, ["CHINA", "FRANCE", "PERU"])
+    con = duckdb.connect(str(path))
+    con.execute("ALTER TABLE nation RENAME TO nation_rows")
+    con.execute("CREATE VIEW nation AS SELECT n_nationkey, CASE WHEN n_nationkey = 2 AND "
+                "(SELECT random()) < 0.5 THEN 'ATLANTIS' ELSE n_name END AS n_name "
+                "FROM nation_rows")
+    con.close()
+    for _ in range(4):
+        counts, sql = _answer(path)
+        assert "n_name IN (" in sql
+        assert counts["CHINA"] + counts["PERU"] <= USERS and counts["FRANCE"] == 0
