@@ -16,7 +16,7 @@ A catalog is YAML (or the equivalent dict)::
         columns:
           pid:    {type: int}
           age:    {type: int, lower: 0, upper: 100}
-          sex:    {type: int, values: [0, 1]}
+          sex:    {type: int, values: [0, 1], one_per_user: true}   # see one_per_user.py
           income: {type: float, lower: 0, upper: 500000, nullable: true}
 
 Mistakes are refused when the catalog is loaded, with an error that names the table,
@@ -54,6 +54,8 @@ from dpsql.text import is_plain
 #: Column types the catalog accepts.
 TYPES = ("int", "float", "string", "bool", "date", "timestamp")
 NUMERIC_TYPES = ("int", "float")
+#: Types whose equal values are the same value, which ``one_per_user`` needs.
+ONE_PER_USER_TYPES = ("int", "bool", "date")
 
 _TOP_KEYS = {"dataset", "tables", "budget", "description", "ledger", "analyst", "limits",
              "database", "ledger_id", "data_version",
@@ -67,7 +69,7 @@ _TABLE_KEYS = {
     "columns",
     "description",
 }
-_COLUMN_KEYS = {"type", "lower", "upper", "values", "nullable", "description"}
+_COLUMN_KEYS = {"type", "lower", "upper", "values", "nullable", "one_per_user", "description"}
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,10 @@ class Column:
         upper: largest value an aggregate may use (latest date), or None.
         values: the public domain of the column when grouped by, or None.
         nullable: whether the column may hold NULL.
+        one_per_user: the owner's word that the column has one value on all rows of any
+            one user (an attribute of the person, such as sex): dpsql checks it on the
+            data before relying on it, and then only to run a step that changes nothing
+            (:mod:`dpsql.one_per_user`).
     """
 
     name: str
@@ -91,6 +97,7 @@ class Column:
     upper: float | None = None
     values: tuple | None = None
     nullable: bool = False
+    one_per_user: bool = False
 
     @property
     def bounded(self) -> bool:
@@ -375,6 +382,12 @@ def _table(name: str, tdoc: Any) -> Table:
             raise CatalogError(
                 f"{where}: user_key {user_key!r} is a float column; a user key must be "
                 "an int, string, bool, date or timestamp column")
+    declared = [c.name for c in columns.values() if c.one_per_user]
+    if declared and not isinstance(user_key, str):
+        raise CatalogError(
+            f"{where}, column {declared[0]!r}: one_per_user is for a table with its own "
+            "user_key column (a public table has no user; with row_privacy each row is "
+            "its own user; a foreign-key path is not checked)")
     bounds = {}
     for key in ("max_groups", "max_rows"):
         value = tdoc.get(key, 1)
@@ -467,7 +480,16 @@ def _column(table: str, name: str, cdoc: Any) -> Column:
     nullable = cdoc.get("nullable", False)
     if not isinstance(nullable, bool):
         raise CatalogError(f"{where}: nullable must be true or false")
-    return Column(name, ctype, lower, upper, values, nullable)
+    one_per_user = cdoc.get("one_per_user", False)
+    if not isinstance(one_per_user, bool):
+        raise CatalogError(f"{where}: one_per_user must be true or false")
+    if one_per_user and ctype not in ONE_PER_USER_TYPES:
+        # equal floats or strings may differ (-0.0 and 0.0, collations): one value by
+        # the check's comparison could be two groups by a key computed from it
+        raise CatalogError(
+            f"{where}: one_per_user is for {', '.join(ONE_PER_USER_TYPES)} columns, "
+            f"not {ctype}")
+    return Column(name, ctype, lower, upper, values, nullable, one_per_user)
 
 
 def _domain_value(value: Any, ctype: str, where: str) -> Any:

@@ -51,17 +51,12 @@ from dpsql.errors import (
     UnsupportedQueryError,
 )
 from dpsql.explaining import Explaining
-from dpsql.keys import (
-    float_key_type,
-    keys_as_text,
-    read_keys,
-    scalar_key_type,
-    temporal_key_type,
-)
+from dpsql.keys import float_key_type, keys_as_text, read_keys, scalar_key_type, temporal_key_type
 from dpsql.ledger import ALL, BudgetView, InFlight, Ledger, Running
 from dpsql.mechanisms import DEFAULT_MECHANISM
 from dpsql.mechanisms import mechanism as mechanism_family
 from dpsql.normalize import normalize
+from dpsql.one_per_user import run_within_bound
 from dpsql.params import refuse_number
 from dpsql.parse import parse
 from dpsql.plan_cache import (
@@ -393,10 +388,11 @@ class Connection(Explaining, Answering):
         # from the rewritten query as built (before _check reads temporal keys as
         # text): its __per_user CTE is the table the statistics read
         measure = bias_query(plan, expression)
-        expression, read = self._check(plan, expression, backend)
+        expression, read, shown = run_within_bound(  # the SQL shown: explain's
+            plan, backend, self._check, *self._check(plan, expression, backend))
         if measure is not None:
             backend.check(measure)  # binds it, reads nothing
-        prepared = Prepared(plan, expression, read, backend.to_sql(expression), measure)
+        prepared = Prepared(plan, expression, read, shown, measure)
         self._plans.put(key, prepared)
         stages.mark("to_sql")
         return prepared

@@ -241,7 +241,7 @@ class DuckDBBackend(Backend):
         self._schema_version = version
         return version
 
-    def frozen_count(self, expression: exp.Expression) -> int | None:
+    def frozen_row(self, expression: exp.Expression) -> tuple | None:
         """A file dpsql attached read-only (DuckDB's file lock keeps writers out while
         it is open) and dpsql's own ``:memory:`` cannot change; a caller's connection
         can (None)."""
@@ -253,7 +253,7 @@ class DuckDBBackend(Backend):
         if not read or not read <= self._base_tables():
             return None
         _, rows = self.execute(expression)
-        return int(rows[0][0])
+        return tuple(rows[0])
 
     def _base_tables(self) -> set[str]:
         """The current schema's base tables (not views), lower-cased; read once, as the

@@ -1,0 +1,156 @@
+"""Group keys the owner says are one per user, checked on the data: the L0 window is
+left out where it would keep every row.
+
+The L0 step (:mod:`dpsql.rewrite.bound_groups`) keeps at most ``max_groups`` groups of
+each user. Where every user of the data has at most that many groups it keeps every
+row: it is the identity, and on resampled PUMS (1M people) it is the whole of the
+query's cost over the floor, 1.4-1.6x. Person-level attributes (sex, race, year of
+birth) have one value on all rows of a user, so a query grouped by them gives each
+user one group. The owner says so in the catalog (``one_per_user: true`` on a column of
+a table with its own ``user_key``); dpsql does not take the owner's word for it:
+
+* **The check.** Before the charge, one query over the table counts, per declared
+  column the query groups by, the users (non-NULL user key, as the per-user pass
+  keeps them) whose rows do not all hold one value: ``MIN(c) < MAX(c)``, or some rows
+  NULL and some not. The column is *proven* when the count is 0. ``<`` on an int,
+  bool or date column (the only types the catalog admits for ``one_per_user``, and the
+  only database types it accepts for them) is false only between identical values, so
+  a proven column holds one identical value (or NULL) on all of a user's rows, and
+  every deterministic function of it (the validator admits no volatile one) does too.
+* **Where it holds.** The count is exact only while the table cannot change: a DuckDB
+  file dpsql opened read-only or its own ``:memory:``, and a base table, not a view
+  (:meth:`~dpsql.backends.base.Backend.frozen_row`). The result is remembered per
+  backend for that reason. Anything that fails, on any backend, leaves the window in.
+* **Which queries.** Every group key is a function of proven columns of the one source
+  whose user key is the query's user id (``plan.uid``), a catalog table read as the
+  FROM table or an INNER join. Each row of ``__per_user`` then holds that row's
+  user and a key computed from values that user's rows all share, so a user has at
+  most one row there, within any ``max_groups`` (at least 1). WHERE and joins only
+  drop or repeat rows; they cannot give a row another value of the column.
+
+**Nothing the analyst sees depends on the check.** The plan keeps ``bound_groups``:
+the noise (``max_groups`` as the catalog says, never one because of the check), the
+notes and the answer cache's comparisons read the plan as it was. ``Result.sql`` and
+``explain()`` show the SQL with the window, the SQL the check would have run had it
+failed (the engine keeps it as ``Prepared.sql``); the backend runs the same SQL
+without it, which returns the same rows. A check that fails (a false declaration)
+is the owner's to find, in the owner's log (``dpsql.owner``). What is left is time:
+a query with the window is slower, and the check itself reads the table once per
+backend. dpsql's model does not cover time (a backend's time depends on the data
+everywhere); with the declaration, the columns whose check could show in it are the
+ones the owner named.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable
+from dataclasses import replace
+
+from sqlglot import exp
+
+from dpsql.analyze.plan import Plan
+from dpsql.rewrite import rewrite
+from dpsql.rewrite.traits import EngineTraits
+
+log = logging.getLogger("dpsql.owner")
+
+#: Per backend, (table, column) -> proven; the data behind a frozen backend never changes.
+_proven: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def run_within_bound(plan: Plan, backend, check: Callable, expression: exp.Expression,
+                     read: Callable) -> tuple[exp.Expression, Callable, str]:
+    """What to run: the checked ``expression`` and its key reader ``read`` as they are,
+    or, where the check holds (module docstring), the query rewritten and checked again
+    without the L0 window; and the SQL to show, ``expression``'s whichever runs.
+
+    ``check`` is the engine's pre-charge check, ``(plan, expression, backend) ->
+    (expression, read)``: the SQL that runs passes every check the SQL shown passed.
+    """
+    shown = backend.to_sql(expression)
+    columns = _needed(plan)
+    if not columns:
+        return expression, read, shown
+    table, user_key = columns[0][0], columns[0][1]
+    if not all(_prove(backend, table, user_key, [c for _, _, c in columns])):
+        return expression, read, shown
+    unbounded = replace(plan, bound_groups=False)
+    return (*check(unbounded, rewrite(unbounded, engine=EngineTraits.of(backend)), backend),
+            shown)
+
+
+def _needed(plan: Plan) -> list[tuple[str, str, str]] | None:
+    """(table, user key, column) for each column of the keys, all declared
+    ``one_per_user`` in the user's own source; None where a key reads anything else."""
+    if not plan.bound_groups or plan.uid is None or not plan.keys:
+        return None
+    scope = plan.scope
+    source = scope.source(plan.uid.table) if plan.uid.table else scope.sources[0]
+    table = source.table
+    if source.derived is not None or table.derived or source.hidden \
+            or source.kind not in ("from", "inner") or table.public \
+            or not isinstance(table.user_key, str) or plan.uid.name != table.user_key:
+        return None
+    out = []
+    for key in plan.keys:
+        cols = list(key.expr.find_all(exp.Column))
+        if not cols:
+            return None
+        for col in cols:
+            if (col.table or scope.sources[0].alias) != source.alias \
+                    or not table.has_column(col.name) \
+                    or not table.column(col.name).one_per_user:
+                return None
+            out.append((table.name, table.user_key, table.column(col.name).name))
+    return sorted(set(out))
+
+
+def _prove(backend, table: str, user_key: str, columns: list[str]) -> list[bool]:
+    """Whether each column has one value on all rows of each user, from the backend's
+    memory or one query now (module docstring)."""
+    known = _proven.setdefault(backend, {})
+    missing = [c for c in columns if (table, c) not in known]
+    if missing:
+        try:
+            row = backend.frozen_row(_check_query(table, user_key, missing))
+        except Exception:  # noqa: BLE001 - a choice of speed: the window is always sound
+            log.warning("one_per_user: the check of %s failed; the L0 window stays",
+                        table, exc_info=True)
+            return [False]
+        if row is None:  # data that can change: nothing to remember either
+            return [False]
+        for column, split in zip(missing, row, strict=True):
+            known[(table, column)] = split is None or int(split) == 0
+            if not known[(table, column)]:
+                log.warning("one_per_user: %s.%s holds more than one value for %s user(s)"
+                            "; queries grouped by it keep the L0 window",
+                            table, column, split)
+    return [known[(table, c)] for c in columns]
+
+
+def _check_query(table: str, user_key: str, columns: list[str]) -> exp.Select:
+    """Per column, the number of users whose rows hold more than one value of it.
+
+    >>> print(_check_query("pums", "pid", ["sex"]).sql())
+    SELECT SUM(__v0) FROM (SELECT CASE WHEN MIN(sex) < MAX(sex) OR (COUNT(sex) > 0 AND \
+COUNT(sex) < COUNT(*)) THEN 1 ELSE 0 END AS __v0 FROM pums WHERE NOT pid IS NULL GROUP BY \
+pid) AS __users
+    """
+    flags = []
+    for i, name in enumerate(columns):
+        col = exp.column(name)
+        split = exp.or_(
+            exp.LT(this=exp.Min(this=col.copy()), expression=exp.Max(this=col.copy())),
+            exp.paren(exp.and_(
+                exp.GT(this=exp.Count(this=col.copy()), expression=exp.Literal.number(0)),
+                exp.LT(this=exp.Count(this=col.copy()),
+                       expression=exp.Count(this=exp.Star())))))
+        flags.append(exp.alias_(exp.Case(ifs=[exp.If(this=split, true=exp.Literal.number(1))],
+                                         default=exp.Literal.number(0)), f"__v{i}"))
+    users = (exp.select(*flags).from_(exp.to_table(table))
+             .where(exp.Not(this=exp.Is(this=exp.column(user_key), expression=exp.Null())))
+             .group_by(exp.column(user_key)))
+    return exp.select(*(exp.Sum(this=exp.column(f"__v{i}")) for i in range(len(columns)))
+                      ).from_(users.subquery("__users"))
