@@ -51,12 +51,16 @@ from dataclasses import replace
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
+from dpsql.errors import QueryCancelled
 from dpsql.rewrite import rewrite
 from dpsql.rewrite.traits import EngineTraits
 
 log = logging.getLogger("dpsql.owner")
 
-#: Per backend, (table, column) -> proven; the data behind a frozen backend never changes.
+#: Per backend, (table, user key, column) -> proven; the data behind a frozen backend never
+#: changes. The user key is part of the fact: one backend may serve catalogs that name
+#: different users of one table (attack review: a column one per person is not one per
+#: household).
 _proven: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -111,10 +115,12 @@ def _prove(backend, table: str, user_key: str, columns: list[str]) -> list[bool]
     """Whether each column has one value on all rows of each user, from the backend's
     memory or one query now (module docstring)."""
     known = _proven.setdefault(backend, {})
-    missing = [c for c in columns if (table, c) not in known]
+    missing = [c for c in columns if (table, user_key, c) not in known]
     if missing:
         try:
             row = backend.frozen_row(_check_query(table, user_key, missing))
+        except QueryCancelled:  # Ctrl-C or a cancel before the charge: the query stops
+            raise
         except Exception:  # noqa: BLE001 - a choice of speed: the window is always sound
             log.warning("one_per_user: the check of %s failed; the L0 window stays",
                         table, exc_info=True)
@@ -122,12 +128,12 @@ def _prove(backend, table: str, user_key: str, columns: list[str]) -> list[bool]
         if row is None:  # data that can change: nothing to remember either
             return [False]
         for column, split in zip(missing, row, strict=True):
-            known[(table, column)] = split is None or int(split) == 0
-            if not known[(table, column)]:
+            fact = known[(table, user_key, column)] = split is None or int(split) == 0
+            if not fact:
                 log.warning("one_per_user: %s.%s holds more than one value for %s user(s)"
                             "; queries grouped by it keep the L0 window",
                             table, column, split)
-    return [known[(table, c)] for c in columns]
+    return [known[(table, user_key, c)] for c in columns]
 
 
 def _check_query(table: str, user_key: str, columns: list[str]) -> exp.Select:

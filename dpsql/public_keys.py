@@ -36,6 +36,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
+from dpsql.errors import QueryCancelled
 from dpsql.rewrite.restrict_domains import domain_condition
 
 
@@ -53,6 +54,8 @@ def prove_in_domain(plan: Plan, backend) -> None:
             query = exp.select(exp.alias_(exp.Count(this=exp.Star()), "n")).from_(
                 exp.to_table(source.table.name)).where(dropped)
             count = backend.frozen_count(query)
+        except QueryCancelled:  # Ctrl-C or a cancel before the charge: the query stops
+            raise
         except Exception:  # noqa: BLE001 - a choice of speed: the filter is always sound
             count = None
         if count == 0:

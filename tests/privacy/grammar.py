@@ -56,6 +56,7 @@ class Col:
     nullable: bool = False
     collate: bool = False
     constraint: str = ""  # "PRIMARY KEY", "UNIQUE" or ""
+    per_user: bool = False  # declared one_per_user (dpsql.one_per_user)
 
     @property
     def kind(self) -> str:
@@ -81,6 +82,8 @@ class Col:
             out["values"] = list(self.values)
         if self.nullable:
             out["nullable"] = True
+        if self.per_user:
+            out["one_per_user"] = True
         return out
 
     def ddl(self) -> str:
@@ -214,24 +217,27 @@ def worlds(draw) -> Generated:
         age_type = int_type()
         lo, hi = bounds_for(age_type)
         g, r = groups_rows()
+        per = draw(st.booleans())  # region and born declared one per user, true in D
         tables["people"] = TableMeta("people", "user", [
             uid,
             Col("region", "INTEGER", values=draw(st.sampled_from([None, (1, 2, 3)])),
-                nullable=draw(st.booleans())),
+                nullable=draw(st.booleans()), per_user=per),
             Col("age", age_type, lo, hi, nullable=draw(st.booleans())),
             text_col("name", ("a", "b", "c")),
-            Col("born", "DATE", "2000-01-01", "2000-12-31"),
+            Col("born", "DATE", "2000-01-01", "2000-12-31", per_user=per),
             Col("score", draw(st.sampled_from(["DOUBLE", "DECIMAL(6,2)"])),
                 *draw(st.sampled_from([(0, 10), (-5, 5)])),
                 nullable=draw(st.booleans())),
         ], user_key="uid", max_groups=g, max_rows=r)
     if "visits" in names:
         g, r = groups_rows()
+        per = draw(st.booleans())  # day and place declared one per user, true in D
         tables["visits"] = TableMeta("visits", "user", [
             key_col(),
             Col("vid", "INTEGER", constraint=draw(st.sampled_from(["UNIQUE", ""]))),
-            Col("day", "DATE", "2021-01-01", "2021-03-31"),
-            Col("place", "INTEGER", values=draw(st.sampled_from([None, (1, 2, 3, 4)]))),
+            Col("day", "DATE", "2021-01-01", "2021-03-31", per_user=per),
+            Col("place", "INTEGER", values=draw(st.sampled_from([None, (1, 2, 3, 4)])),
+                per_user=per),
             Col("amount", draw(st.sampled_from(["DOUBLE", "DECIMAL(12,2)"])), 0, 100,
                 nullable=draw(st.booleans())),
             text_col("cat", ("x", "y")),
@@ -296,12 +302,13 @@ def worlds(draw) -> Generated:
             for _ in range(copies):
                 x = draw(small)
                 lo, hi = t.col("age").lower, t.col("age").upper
+                y = 7 * u if t.col("region").per_user else x  # the user's own values
                 rows["people"].append((
                     _key_value(u, t.cols[0]),
-                    (None if t.col("region").nullable and x % 7 == 0 else 1 + x % 3),
+                    (None if t.col("region").nullable and y % 7 == 0 else 1 + y % 3),
                     lo + x % (hi - lo + 1),
                     ["a", "b", "c"][x % 3],
-                    _date(x % 366, "2000-01-01"),
+                    _date(y % 366, "2000-01-01"),
                     t.col("score").lower + (x % 100) / 10,
                 ))
     if "visits" in tables:
@@ -310,8 +317,9 @@ def worlds(draw) -> Generated:
         for u in users:
             for x in draw(st.lists(small, max_size=4)):
                 vid += 1
-                rows["visits"].append((_key_value(u, t.cols[0]), vid, _date(x % 4, "2021-01-01"),
-                                       1 + x % 4, float(x % 101), ["x", "y"][x % 2]))
+                y = u if t.col("place").per_user else x  # the user's own values
+                rows["visits"].append((_key_value(u, t.cols[0]), vid, _date(y % 4, "2021-01-01"),
+                                       1 + y % 4, float(x % 101), ["x", "y"][x % 2]))
     if "orders" in tables:
         t = tables["orders"]
         oid = 0
@@ -425,11 +433,18 @@ def worlds(draw) -> Generated:
         t = tables["people"]
         key = attacker_key(t.cols[0])
         many = not t.cols[0].constraint or (key is None and t.cols[0].constraint == "UNIQUE")
-        attack["people"] = attacker_rows(t, 0, many)
+        fixed = {}
+        if t.col("region").per_user and draw(st.booleans()):  # the declaration stays true
+            region, born = ordinary(t.col("region")), ordinary(t.col("born"))
+            fixed = {"region": lambda: region, "born": lambda: born}
+        attack["people"] = attacker_rows(t, 0, many, fixed)
     if "visits" in tables:
         t = tables["visits"]
         fresh_vid = iter(range(10_000, 20_000))
-        fixed = {"vid": lambda: next(fresh_vid)} if t.col("vid").constraint else None
+        fixed = {"vid": lambda: next(fresh_vid)} if t.col("vid").constraint else {}
+        if t.col("place").per_user and draw(st.booleans()):  # the declaration stays true
+            place, day = ordinary(t.col("place")), ordinary(t.col("day"))
+            fixed |= {"place": lambda: place, "day": lambda: day}
         attack["visits"] = attacker_rows(t, 0, True, fixed)
     if "orders" in tables:
         t = tables["orders"]

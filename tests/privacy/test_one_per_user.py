@@ -207,3 +207,58 @@ def test_the_catalog_refuses_a_declaration_it_cannot_check(table, column, messag
     catalog = {"tables": {"t": {**table, "columns": {"pid": {"type": "int"}, "c": column}}}}
     with pytest.raises(CatalogError, match=message):
         dpsql.catalog.load_catalog(catalog)
+
+
+def test_a_proof_for_one_user_key_is_not_one_for_another(tmp_path, no_noise):
+    # attack review: one backend, two catalogs; sex is one per person (pid), not one per
+    # household (hh: a sex-0 and a sex-1 person each). The proof for pid must not skip
+    # the window for hh, where every household reaches both groups
+    path = tmp_path / "hh.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE people AS SELECT i // 2 AS pid, (i // 2) % 2 AS sex, "
+                "i // 4 AS hh FROM range(80) t(i)")
+    con.close()
+
+    def catalog(user):
+        return {"dataset": "hh", "tables": {"people": {
+            "user_key": user, "max_groups": 1, "max_rows": 2, "columns": {
+                "pid": {"type": "int"}, "hh": {"type": "int"},
+                "sex": {"type": "int", "values": [0, 1], "one_per_user": True}}}}}
+
+    shared = DuckDBBackend(path)
+    by_person = dpsql.connect(shared, catalog=catalog("pid"), budget=(10, 1e-3),
+                              ledger=":memory:")
+    assert dict(by_person.execute(SQL, epsilon=1.0).rows) == {0: 40, 1: 40}
+    by_household = dpsql.connect(shared, catalog=catalog("hh"), budget=(10, 1e-3),
+                                 ledger=":memory:")
+    counts = dict(by_household.execute(SQL, epsilon=1.0).rows)
+    assert sum(counts.values()) == 40  # 20 households, 2 rows each in their one group
+    shared.close()
+
+
+@pytest.mark.parametrize("stage", ["frozen_row", "frozen_count"])
+def test_a_cancel_during_a_check_refuses_the_query_for_free(tmp_path, monkeypatch, stage):
+    # attack review: a Ctrl-C while the check (or the public-key count) reads the table
+    # was taken for a failed check, and the query was then charged and answered
+    from dpsql.errors import QueryCancelled
+
+    def cancelled(self, expression):
+        raise QueryCancelled()
+
+    monkeypatch.setattr(DuckDBBackend, stage, cancelled)
+    catalog = _catalog()
+    sql = SQL
+    if stage == "frozen_count":  # the public-key count runs for a public table's key
+        catalog["tables"]["codes"] = {"public": True, "columns": {
+            "code": {"type": "int"}, "label": {"type": "int", "values": [0, 1]}}}
+        sql = ("SELECT label, COUNT(*) AS n FROM people JOIN codes ON sex = code "
+               "GROUP BY label")
+    path = _file(tmp_path, split_users=0)
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE codes AS SELECT range AS code, range AS label FROM range(2)")
+    con.close()
+    conn = dpsql.connect(path, catalog=catalog, budget=(100, 1e-5), ledger=":memory:")
+    with pytest.raises(QueryCancelled):
+        conn.execute(sql, epsilon=1.0)
+    assert conn.budget.spent == (0.0, 0.0)
+    conn.close()
