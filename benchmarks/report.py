@@ -197,7 +197,10 @@ def markdown(r: dict, files: dict[str, str]) -> str:
     out += ["## Queries", "",
             "*Rewrite*: what dpsql's SQL does beyond the plain query — a per-user aggregate "
             "(*per-user*), and the `max_groups` window (*L0*); *unique user* means the "
-            "database keeps the user key unique, so neither is needed.", ""]
+            "database keeps the user key unique, so neither is needed. Where every key is a "
+            "`one_per_user` column the data proves one per user, the window is shown "
+            "(`Result.sql`) but not run: it would keep every row (`dpsql/one_per_user.py`).",
+            ""]
     for wname, w in ran.items():
         queries = _queries(wname)
         out += [f"**{w['title']}**", "", "| query | SQL | shape | rewrite |", "|---|---|---|---|"]
@@ -436,6 +439,8 @@ def _shape(w: dict, qname: str) -> str:
     sh = next(iter(by_size.values())).get("shape", {})
     if not sh.get("per_user_aggregate", True):
         return "unique user"
+    if sh.get("l0_window") and not sh.get("l0_window_ran", True):
+        return "per-user (+ L0 shown, left out: keys checked one per user)"
     return "per-user + L0" if sh.get("l0_window") else "per-user"
 
 
