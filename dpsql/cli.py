@@ -266,7 +266,8 @@ def catalog() -> None:
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--database", "-d", default=None,
               help="Also check the catalog against this database (a DuckDB file or a URL): "
-                   "tables, columns, types, user keys. Reads the schema only.")
+                   "tables, columns, types, user keys (the schema), and one_per_user "
+                   "columns (one count over their table, where the data cannot change).")
 def catalog_validate(path, database) -> None:
     """Check a catalog file and summarise its tables (and, with -d, match a database)."""
     try:
@@ -292,6 +293,13 @@ def catalog_validate(path, database) -> None:
             sys.exit(1)
         click.echo(f"{escape(database)}: OK (every table, column, type and user key "
                    "matches the catalog)")
+        lines, broken = one_per_user_lines(cat, database)
+        for line in lines:
+            click.echo(f"  {escape(line)}")
+        for line in broken:
+            click.secho(f"  {escape(line)}", fg="red", err=True)
+        if broken:
+            sys.exit(1)
 
 
 def check_against_database(cat, catalog_file, database) -> list[str]:
@@ -324,6 +332,33 @@ def check_against_database(cat, catalog_file, database) -> list[str]:
                         "the user joins on it, so it must be a PRIMARY KEY or UNIQUE NOT "
                         "NULL in the database")
     return problems
+
+
+def one_per_user_lines(cat, database) -> tuple[list[str], list[str]]:
+    """Per table with ``one_per_user`` columns, what the data says of them
+    (:func:`dpsql.one_per_user.check_declared`): the owner's view, never an analyst's;
+    the lines that say a declaration is false come second."""
+    from dpsql.one_per_user import check_declared
+
+    lines, false = [], []
+    with dpsql.connect(database, catalog=cat, budget=(1.0, 0.5), ledger=":memory:") as conn:
+        for table in cat.tables.values():
+            if not any(c.one_per_user for c in table.columns.values()):
+                continue
+            found = check_declared(conn._backend, table)
+            if found is None:
+                lines.append(f"{table.name}: one_per_user not checked (this database can "
+                             "change under dpsql): queries keep the max_groups window")
+                continue
+            held = [c for c, ok in found.items() if ok]
+            broken = [c for c, ok in found.items() if not ok]
+            if held:
+                lines.append(f"{table.name}: one value per user, checked: {', '.join(held)}")
+            if broken:
+                false.append(f"{table.name}: declared one_per_user but some user has two "
+                             f"values: {', '.join(broken)} (queries grouped by them keep "
+                             "the max_groups window)")
+    return lines, false
 
 
 # -- catalog draft and import ------------------------------------------------------------

@@ -85,6 +85,30 @@ def run_within_bound(plan: Plan, backend, check: Callable, expression: exp.Expre
             shown)
 
 
+def check_declared(backend, table) -> dict[str, bool] | None:
+    """Each ``one_per_user`` column of a catalog ``table`` and whether the data proves
+    it (the owner's view: ``dpsql catalog validate -d``); None when the backend's data
+    can change, so nothing is checked and every query keeps the window.
+
+    >>> import tempfile, pathlib
+    >>> from dpsql.backends.duckdb import DuckDBBackend
+    >>> from dpsql.datasets import catalog_path, load_catalog, load_pums
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "pums.duckdb"
+    >>> load_pums(path)
+    >>> backend = DuckDBBackend(path)
+    >>> table = load_catalog(catalog_path("pums_dup")).table("pums_dup")
+    >>> check_declared(backend, table)
+    {'age': True, 'sex': True, 'educ': True, 'race': True, 'married': True}
+    >>> backend.close()
+    """
+    columns = [c.name for c in table.columns.values() if c.one_per_user]
+    if not columns or backend.frozen_row(exp.select("1").from_(exp.to_table(table.name))) \
+            is None:
+        return None
+    return dict(zip(columns, _prove(backend, table.name, table.user_key, columns),
+                    strict=True))
+
+
 def _needed(plan: Plan) -> list[tuple[str, str, str]] | None:
     """(table, user key, column) for each column of the keys, all declared
     ``one_per_user`` in the user's own source; None where a key reads anything else."""
@@ -124,9 +148,9 @@ def _prove(backend, table: str, user_key: str, columns: list[str]) -> list[bool]
         except Exception:  # noqa: BLE001 - a choice of speed: the window is always sound
             log.warning("one_per_user: the check of %s failed; the L0 window stays",
                         table, exc_info=True)
-            return [False]
+            return [False] * len(columns)
         if row is None:  # data that can change: nothing to remember either
-            return [False]
+            return [False] * len(columns)
         for column, split in zip(missing, row, strict=True):
             fact = known[(table, user_key, column)] = split is None or int(split) == 0
             if not fact:

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 
+import duckdb
 import pytest
 
 from dpsql.datasets import catalog_path
@@ -143,3 +144,20 @@ def test_shell_tables_shows_date_bounds_as_dates(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "d date [2024-01-01, 2024-12-31]" in proc.stdout
     assert "cost float [0, 10000000]" in proc.stdout
+
+
+def test_catalog_validate_checks_one_per_user_on_the_data(tmp_path):
+    # the owner's view of the one_per_user check (dpsql.one_per_user): held, or false
+    db = tmp_path / "demo.duckdb"
+    run("demo", "--save", str(db))
+    cat = str(catalog_path("pums_dup"))
+    out = run("catalog", "validate", cat, "-d", str(db)).stdout
+    assert "one value per user, checked: age, sex, educ, race, married" in out
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE pums_dup SET sex = 1 - sex WHERE pid = (SELECT MIN(pid) FROM "
+                "(SELECT pid FROM pums_dup GROUP BY pid HAVING COUNT(*) > 1)) AND age > 0 "
+                "AND rowid = (SELECT MIN(rowid) FROM pums_dup d WHERE d.pid = pums_dup.pid)")
+    con.close()
+    bad = run("catalog", "validate", cat, "-d", str(db), check=False)
+    assert bad.returncode == 1
+    assert "declared one_per_user but some user has two values: sex" in bad.stderr
