@@ -257,6 +257,17 @@ def checked(conn, plan, expression, backend):
     return _engine_connection(conn)._check(plan, expression, backend)
 
 
+def to_run(conn, plan, expression, backend):
+    """What the engine runs of a prepared query and what it shows: ``(expression to
+    run, function reading its rows back, SQL shown)``; the checks, and the L0 window
+    left out where ``one_per_user`` keys are proven on the data (dpsql.one_per_user)."""
+    from dpsql.one_per_user import run_within_bound
+
+    engine = _engine_connection(conn)
+    return run_within_bound(plan, backend, engine._check,
+                            *engine._check(plan, expression, backend))
+
+
 def plan_cache_of(conn):
     """The :class:`~dpsql.plan_cache.PlanCache` of ``conn`` (its ``hits`` and entries)."""
     return _engine_connection(conn)._plans

@@ -45,7 +45,7 @@ import dpsql
 from dpsql.errors import BackendError, DpsqlError
 from dpsql.grid_units import fine_exponent, to_grid
 from dpsql.noise import read_units
-from tests.support import checked, prepare
+from tests.support import prepare, to_run
 
 #: One seed for the L0 order on D and D′ (a different seed would move every user's groups).
 SEED = 1234567
@@ -280,9 +280,12 @@ class Neighbours:
                     plan, expression, backend = prepare(conn, sql, epsilon, delta, None, None,
                                                         mechanism)
                     # the SQL the engine runs: _check may write it again (a statistic
-                    # it summed in grid units, dpsql.grid_units) and reads keys back
-                    expression, read = checked(conn, plan, expression, backend)
-                prepared.append((plan, (expression, read), backend, None))
+                    # it summed in grid units, dpsql.grid_units) and reads keys back;
+                    # without the L0 window where one_per_user keys are proven on this
+                    # neighbour's data (dpsql.one_per_user), so D and D′ may run
+                    # different SQL, yet must show the same
+                    expression, read, shown = to_run(conn, plan, expression, backend)
+                prepared.append((plan, (expression, read, shown), backend, None))
             except DpsqlError as exc:
                 prepared.append((None, None, None, exc))
             except Exception as exc:  # not a DpsqlError: a bug, though nothing is charged
@@ -299,8 +302,9 @@ class Neighbours:
             out.refusal = _short(errors[0] or errors[1])
             return out
         out.answered = True
-        (plan, (expr, read), backend, _), (plan2, (expr2, read2), backend2, _) = prepared
-        sqls = backend.to_sql(expr), backend2.to_sql(expr2)
+        (plan, (expr, read, shown), backend, _), (plan2, (expr2, read2, shown2), backend2, _) \
+            = prepared
+        sqls = shown, shown2
         if sqls[0] != sqls[1]:
             a, b = sqls
             i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),

@@ -228,6 +228,30 @@ CASES = {
         query='SELECT MIN(b.amount) AS a0 FROM orders a LEFT JOIN visits b ON a.uid = b.uid',
         broke='linf',
     ),
+    # class 4 (on main, seed 12): DuckDB 2.0.1's common_subplan optimizer merged the two LEFT
+    # JOINs of places (l2, l3: same table, different ON) only where the added user's rows
+    # (NULL user ids, joined by nothing) changed visits' statistics; the optimizer is off
+    # on dpsql's instances now (dpsql/backends/duckdb.py, _NO_SUBPLANS)
+    # broke: [linf] COUNT(DISTINCT l2.place // 2.5) (__s0) in group (None,) moves by 2 > L∞ 1: D 2 → D′ 0
+    'main-class4-common-subplan': dict(
+        catalog={'dataset': 'fuzz', 'tables': {'people': {'columns': {'uid': 'int', 'region': 'int', 'score': {'type': 'float', 'lower': 0, 'upper': 10}}, 'user_key': 'uid', 'max_groups': 3, 'max_rows': 1}, 'visits': {'columns': {'uid': {'type': 'int'}, 'place': {'type': 'int'}, 'amount': {'type': 'float', 'lower': 0, 'upper': 100, 'nullable': True}}, 'user_key': 'uid', 'max_groups': 1, 'max_rows': 1}, 'places': {'columns': {'place': {'type': 'int'}, 'region': {'type': 'int'}, 'label': {'type': 'string', 'values': ['n', 's', 'e']}}, 'public': True}}},
+        schema=[
+            'CREATE TABLE people (uid HUGEINT PRIMARY KEY, region INTEGER, score DECIMAL(6,2))',
+            'CREATE TABLE visits (uid BIGINT, place INTEGER, amount DECIMAL(12,2))',
+            'CREATE TABLE places (place INTEGER, region INTEGER, label VARCHAR)',
+        ],
+        data=[
+            'INSERT INTO people VALUES (2, 1, 6.8), (3, 2, 2.4), (4, 1, 2.3)',
+            'INSERT INTO visits VALUES (2, 3, 73.0), (2, 2, 11.0), (2, 2, 15.0), (3, 1, 4.0), (3, 1, 16.0), (3, 2, 38.0), (5, 1, 100.0), (5, 1, 43.0), (5, 4, 0.0), (5, 2, 58.0)',
+            "INSERT INTO places VALUES (2, 1, 'n'), (3, 3, 'e'), (4, 2, 's'), (1, 3, 'e'), (3, 3, 'e')",
+        ],
+        attacker=[
+            'INSERT INTO visits VALUES (NULL, 3, 0.01), (NULL, 4, 0.01), (NULL, 2, 0.01), (NULL, -2147483648, 0.01), (NULL, 3, 100.0)',
+        ],
+        attacker_first=False,
+        query='SELECT COUNT(DISTINCT l2.place // 2.5) AS a0, SUM(u.score / 2) AS a2 FROM people AS u JOIN visits AS v ON v.uid = u.uid LEFT JOIN places AS l2 ON l2.place = u.region AND v.amount <> 50 LEFT JOIN places AS l3 ON l3.place = u.region AND v.place <> 2 GROUP BY UPPER(l3.label)',
+        broke='linf',
+    ),
 }
 
 
