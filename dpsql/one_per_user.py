@@ -58,9 +58,11 @@ from dpsql.rewrite.traits import EngineTraits
 log = logging.getLogger("dpsql.owner")
 
 #: Per backend, (table, user key, column) -> proven; the data behind a frozen backend never
-#: changes. The user key is part of the fact: one backend may serve catalogs that name
-#: different users of one table (attack review: a column one per person is not one per
-#: household).
+#: changes, and a check that failed or could not run is not run again. Each backend
+#: (each connection, each ``dpsql serve`` session) checks once: a table read per table
+#: and set of columns, before its first such query's charge. The user key is part of the
+#: fact: one backend may serve catalogs that name different users of one table (attack
+#: review: a column one per person is not one per household).
 _proven: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -146,12 +148,15 @@ def _prove(backend, table: str, user_key: str, columns: list[str]) -> list[bool]
         except QueryCancelled:  # Ctrl-C or a cancel before the charge: the query stops
             raise
         except Exception:  # noqa: BLE001 - a choice of speed: the window is always sound
+            # remembered: a check that failed (the statement timeout) would cost as much
+            # again before every later query's charge (attack review)
             log.warning("one_per_user: the check of %s failed; the L0 window stays",
                         table, exc_info=True)
-            return [False] * len(columns)
-        if row is None:  # data that can change: nothing to remember either
-            return [False] * len(columns)
-        for column, split in zip(missing, row, strict=True):
+            row = None
+        if row is None:  # failed, or data that can change: so for this backend's life
+            known.update(((table, user_key, c), False) for c in missing)
+            row = ()
+        for column, split in zip(missing, row, strict=False):
             fact = known[(table, user_key, column)] = split is None or int(split) == 0
             if not fact:
                 log.warning("one_per_user: %s.%s holds more than one value for %s user(s)"
@@ -164,13 +169,13 @@ def _check_query(table: str, user_key: str, columns: list[str]) -> exp.Select:
     """Per column, the number of users whose rows hold more than one value of it.
 
     >>> print(_check_query("pums", "pid", ["sex"]).sql())
-    SELECT SUM(__v0) FROM (SELECT CASE WHEN MIN(sex) < MAX(sex) OR (COUNT(sex) > 0 AND \
-COUNT(sex) < COUNT(*)) THEN 1 ELSE 0 END AS __v0 FROM pums WHERE NOT pid IS NULL GROUP BY \
-pid) AS __users
+    SELECT SUM(__v0) FROM (SELECT CASE WHEN MIN("sex") < MAX("sex") OR (COUNT("sex") > 0 AND \
+COUNT("sex") < COUNT(*)) THEN 1 ELSE 0 END AS __v0 FROM pums WHERE NOT "pid" IS NULL GROUP BY \
+"pid") AS __users
     """
     flags = []
     for i, name in enumerate(columns):
-        col = exp.column(name)
+        col = exp.column(name, quoted=True)  # never a function: current_date, user
         split = exp.or_(
             exp.LT(this=exp.Min(this=col.copy()), expression=exp.Max(this=col.copy())),
             exp.paren(exp.and_(
@@ -179,8 +184,9 @@ pid) AS __users
                        expression=exp.Count(this=exp.Star())))))
         flags.append(exp.alias_(exp.Case(ifs=[exp.If(this=split, true=exp.Literal.number(1))],
                                          default=exp.Literal.number(0)), f"__v{i}"))
+    uid = exp.column(user_key, quoted=True)
     users = (exp.select(*flags).from_(exp.to_table(table))
-             .where(exp.Not(this=exp.Is(this=exp.column(user_key), expression=exp.Null())))
-             .group_by(exp.column(user_key)))
+             .where(exp.Not(this=exp.Is(this=uid, expression=exp.Null())))
+             .group_by(uid.copy()))
     return exp.select(*(exp.Sum(this=exp.column(f"__v{i}")) for i in range(len(columns)))
                       ).from_(users.subquery("__users"))

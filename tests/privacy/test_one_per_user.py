@@ -262,3 +262,42 @@ def test_a_cancel_during_a_check_refuses_the_query_for_free(tmp_path, monkeypatc
         conn.execute(sql, epsilon=1.0)
     assert conn.budget.spent == (0.0, 0.0)
     conn.close()
+
+
+def test_a_failed_check_is_not_run_again(tmp_path, no_noise, monkeypatch):
+    # attack review: a check that fails (a statement timeout) would cost as much again
+    # before the charge of every later query grouped by the column
+    calls = []
+
+    def fails(self, expression):
+        calls.append(1)
+        raise RuntimeError("statement timeout")
+
+    monkeypatch.setattr(DuckDBBackend, "frozen_row", fails)
+    conn = dpsql.connect(_file(tmp_path, split_users=0), catalog=_catalog(),
+                         budget=(100, 1e-5), ledger=":memory:")
+    for sql in (SQL, SQL.replace("COUNT(*)", "COUNT(grp)")):
+        conn.execute(sql, epsilon=1.0)
+    conn.close()
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_columns_named_like_functions_are_read_as_columns(tmp_path, split):
+    # attack review: a column named current_date or user read unquoted would be the
+    # function, one value for everyone, and prove a column that holds two values
+    from dpsql.one_per_user import check_declared
+
+    path = tmp_path / "names.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute('CREATE TABLE t (pid INTEGER, "current_date" DATE, "user" INTEGER)')
+    second = ("2021-01-01", 2) if split else ("2020-01-01", 1)
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)",
+                    [(1, "2020-01-01", 1), (1, *second), (2, "2020-01-01", 1)])
+    con.close()
+    table = dpsql.catalog.load_catalog({"tables": {"t": {"user_key": "pid", "columns": {
+        "pid": {"type": "int"}, "current_date": {"type": "date", "one_per_user": True},
+        "user": {"type": "int", "one_per_user": True}}}}}).table("t")
+    backend = DuckDBBackend(path)
+    assert check_declared(backend, table) == {"current_date": not split, "user": not split}
+    backend.close()
