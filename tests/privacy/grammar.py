@@ -890,6 +890,9 @@ class _Query:
         cands = [(s, c) for s, c in self.columns(srcs) if c.name != s.uid or self.chance(0.2)]
         if not cands:
             return None
+        declared = [(s, c) for s, c in cands if c.per_user]
+        if declared and self.chance(0.5):  # keys checked one per user (dpsql.one_per_user)
+            cands = declared
         s, c = self.pick(cands)
         x = self.ref(s, c, q)
         if c.kind == "int":
