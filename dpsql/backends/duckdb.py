@@ -88,7 +88,9 @@ _SESSION = ("SET enable_progress_bar = false", "SET enable_progress_bar_print = 
 #: only when the added user's rows (NULL user ids, joined by nothing) changed the table's
 #: statistics. A wrong answer that depends on other rows is not bounded by any
 #: sensitivity, so the optimizer is off on every instance dpsql opens (the regression case
-#: ``main-class4-common-subplan`` in ``tests/privacy/test_regressions.py``).
+#: ``main-class4-common-subplan`` in ``tests/privacy/test_regressions.py``). The setting is
+#: GLOBAL in DuckDB: on a connection the caller passes in, it changes that instance too
+#: (and where the instance's configuration is locked, the owner's log says it stayed on).
 _NO_SUBPLANS = _SESSION[-1]
 #: Statements that lock dpsql's instance down, run last.
 _LOCK = ("SET enable_external_access = false", "SET lock_configuration = true")
