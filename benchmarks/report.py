@@ -211,7 +211,8 @@ def markdown(r: dict, files: dict[str, str]) -> str:
         out.append("")
 
     out += ["## Latency", "",
-            f"Medians of {cfg['runs']} interleaved runs at ε = {cfg['latency_epsilon']:g}: "
+            f"Medians of {cfg['runs']} interleaved runs (more, up to 25, while a query's "
+            f"runs take under a second) at ε = {cfg['latency_epsilon']:g}: "
             "*private* is `Connection.execute` (parse to result, ledger charge included); "
             "*plain* the same SQL run directly on DuckDB; *floor* the hand-written "
             "one-clamped-aggregate-per-(user, group) query, with the join that finds the user "
