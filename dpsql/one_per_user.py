@@ -104,8 +104,9 @@ def check_declared(backend, table) -> dict[str, bool] | None:
     >>> backend.close()
     """
     columns = [c.name for c in table.columns.values() if c.one_per_user]
-    if not columns or backend.frozen_row(exp.select("1").from_(exp.to_table(table.name))) \
-            is None:
+    # one row whatever the table holds: whether it is frozen, and a base table
+    probe = exp.select(exp.Count(this=exp.Star())).from_(exp.to_table(table.name))
+    if not columns or backend.frozen_row(probe) is None:
         return None
     return dict(zip(columns, _prove(backend, table.name, table.user_key, columns),
                     strict=True))
