@@ -107,7 +107,8 @@ class DecimalSum:
         """``CAST('<value>' AS DECIMAL(P, s))``: of the summand's own type, exactly."""
         return exp.Cast(this=exp.Literal.string(format(value, "f")), to=self.type())
 
-    def value(self, arg: exp.Expression, keep_null: bool) -> exp.Expression:
+    def value(self, arg: exp.Expression, keep_null: bool,
+              null_as_zero: bool = False) -> exp.Expression:
         """The per-row value added up: ``arg`` as ``DECIMAL(P, s)``, clamped, centred.
 
         >>> d = DecimalSum(15, 2, Decimal("-1000"), Decimal("10000"), Decimal("4500"), True)
@@ -117,10 +118,12 @@ class DecimalSum:
               CAST('10000' AS DECIMAL(15, 2))) - CAST('4500' AS DECIMAL(15, 2))
         """
         cast = exp.TryCast(this=arg, to=self.type())
-        if keep_null and self.center is None and (self.lower is None or self.lower <= 0) \
+        if keep_null and null_as_zero and self.center is None \
+                and (self.lower is None or self.lower <= 0) \
                 and (self.upper is None or self.upper >= 0):
             # a NULL row adds nothing to a sum, nor does a 0 that the clamp keeps: read
-            # once, not twice as in the NULL-keeping CASE (dpsql.aggregates.sums.null_as_zero)
+            # once, not twice as in the NULL-keeping CASE (dpsql.aggregates.sums.null_as_zero,
+            # which the caller asked)
             cast, keep_null = exp.Coalesce(this=cast, expressions=[self.literal(Decimal(0))]), \
                 False
         value: exp.Expression = cast

@@ -60,7 +60,8 @@ class Sum(StatisticRule):
     def aggregate(self, stat, plan):
         if stat.decimal is not None:
             # clamped and centred in one DECIMAL type from the start (dpsql.decimal_sums)
-            return exp.Sum(this=stat.decimal.value(stat.arg.copy(), stat.nullable))
+            return exp.Sum(this=stat.decimal.value(stat.arg.copy(), stat.nullable,
+                                                   null_as_zero(self, stat)))
         return exp.Sum(this=self.value(stat, stat.arg.copy()))
 
     def clamp(self, stat, aggregate):
@@ -73,7 +74,7 @@ class Sum(StatisticRule):
         if literal_values_within(arg, stat.interval.lower, stat.interval.upper):
             return
         keep_null = stat.nullable
-        if keep_null and null_as_zero(stat):
+        if keep_null and null_as_zero(self, stat):
             arg, keep_null = exp.Coalesce(this=arg, expressions=[number(0)]), False
         clamped = clamp(arg, stat.interval.lower, stat.interval.upper, keep_null)
         aggregate.set("this", self.value(stat, clamped))
@@ -106,30 +107,38 @@ class Sum(StatisticRule):
 SUM = Sum()
 
 
-def null_as_zero(stat) -> bool:
-    """Whether a NULL row of a sum may be read as 0: the sum is not centred and 0 lies
-    in its bounds.
+def null_as_zero(rule, stat) -> bool:
+    """Whether a NULL row of a sum may be read as 0: the sum is not centred, its rule does
+    not rescale a user's partial by the count of its non-NULL rows, and 0 lies in its
+    bounds.
 
     SUM skips a NULL; a 0 adds nothing, and the clamp keeps a 0 as it is, so the sum of
     every group, and of every user's partial (``COALESCE(SUM(...), 0)``: :meth:`Sum.
     partial`), is the same value either way, and the noise stage reads a group's sum
     over only NULLs (NULL) as 0 too (:func:`dpsql.noise._number_in_context`). Nothing
     counts the clamped value's non-NULL rows: a centred sum (AVG, VARIANCE), whose
-    count is taken from the argument and whose ``- m`` would turn a 0 into ``-m``, keeps
-    the NULL-keeping clamp. Read once: the NULL-keeping clamp ``CASE WHEN x IS NULL
-    THEN NULL ELSE LEAST(GREATEST(x, L), U) END`` evaluates ``x`` twice (TPC-H q14 at sf
-    0.1: 13.9 -> 13.2 ms).
+    ``- m`` would turn a 0 into ``-m``, and any sum its rule rescales per user by
+    ``COUNT`` of the clamped value (:meth:`Sum.partial`: VARIANCE's squares are rescaled
+    whatever their centre, and a centre of 0 is no centre to ``stat.center``; attack
+    review: ``VAR_POP`` over bounds ``[0, 1]`` counted a user's NULL rows and came out
+    half the true value) keep the NULL-keeping clamp. Read once: the NULL-keeping clamp
+    ``CASE WHEN x IS NULL THEN NULL ELSE LEAST(GREATEST(x, L), U) END`` evaluates ``x``
+    twice (TPC-H q14 at sf 0.1: 13.9 -> 13.2 ms).
 
     >>> from types import SimpleNamespace as S
     >>> from dpsql.analyze.bounds import Interval
-    >>> null_as_zero(S(center=0, interval=Interval(0, 10, False)))
+    >>> from dpsql.aggregates.variance import SUM_SQUARES
+    >>> null_as_zero(SUM, S(center=0, interval=Interval(0, 10, False)))
     True
-    >>> null_as_zero(S(center=0, interval=Interval(1, 10, False)))  # a NULL is not a 1
+    >>> null_as_zero(SUM, S(center=0, interval=Interval(1, 10, False)))  # a NULL is not a 1
     False
-    >>> null_as_zero(S(center=5, interval=Interval(0, 10, False)))
+    >>> null_as_zero(SUM, S(center=5, interval=Interval(0, 10, False)))
+    False
+    >>> null_as_zero(SUM_SQUARES, S(center=0, interval=Interval(-1, 1, False)))
     False
     """
-    return not stat.center and stat.interval.lower <= 0 <= stat.interval.upper
+    return not rule.rescaled(stat) and not stat.center \
+        and stat.interval.lower <= 0 <= stat.interval.upper
 
 
 def literal_values_within(value: exp.Expression, lower: float, upper: float) -> bool:
