@@ -118,12 +118,11 @@ class DecimalSum:
               CAST('10000' AS DECIMAL(15, 2))) - CAST('4500' AS DECIMAL(15, 2))
         """
         cast = exp.TryCast(this=arg, to=self.type())
-        if keep_null and null_as_zero and self.center is None \
-                and (self.lower is None or self.lower <= 0) \
-                and (self.upper is None or self.upper >= 0):
+        if keep_null and null_as_zero:
             # a NULL row adds nothing to a sum, nor does a 0 that the clamp keeps: read
-            # once, not twice as in the NULL-keeping CASE (dpsql.aggregates.sums.null_as_zero,
-            # which the caller asked)
+            # once, not twice as in the NULL-keeping CASE. The caller's
+            # dpsql.aggregates.sums.null_as_zero found the sum uncentred (``center`` None)
+            # and 0 inside its bounds, which rounding outwards to ``s`` places keeps
             cast, keep_null = exp.Coalesce(this=cast, expressions=[self.literal(Decimal(0))]), \
                 False
         value: exp.Expression = cast
