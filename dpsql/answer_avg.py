@@ -199,7 +199,7 @@ def _direct(plan: Plan, column: int, kind: str):
     if cell is None or cell.kind != "stat" or len(cell.stats) != 1:
         return None
     stat = plan.stat(cell.stats[0])
-    if stat.kind != kind or stat.center or stat.bins is not None:
+    if stat.kind != kind or stat.centred or stat.bins is not None:
         return None
     return cell, stat
 

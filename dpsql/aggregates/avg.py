@@ -30,7 +30,8 @@ def centred(analysis, arg: exp.Expression) -> tuple:
     """The bounds of ``arg``, their midpoint, AVG's centred sum and the count of ``arg``."""
     interval = analysis.interval(arg)
     center = normalised_center(interval)
-    return interval, center, analysis.stat("sum", arg, interval, center), count.rows(analysis, arg)
+    total = analysis.stat("sum", arg, interval, center, centred=True)
+    return interval, center, total, count.rows(analysis, arg)
 
 
 def value(cell, total: float, n: float) -> float:

@@ -63,8 +63,9 @@ class StatisticRule:
         the range does not depend on the values)."""
         return None
 
-    def integer(self, interval, center: float, one_row: bool) -> bool:
-        """Whether every value of the statistic is whole (then discrete noise)."""
+    def integer(self, interval, centred: bool, one_row: bool) -> bool:
+        """Whether every value of the statistic is whole (then discrete noise);
+        ``centred``: AVG's or VARIANCE's sum (:attr:`Statistic.centred`)."""
         return False
 
     def bins(self, interval):

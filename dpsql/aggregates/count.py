@@ -27,7 +27,7 @@ class Rows(StatisticRule):
         """
         return (0, max_rows)
 
-    def integer(self, interval, center, one_row):
+    def integer(self, interval, centred, one_row):
         return True
 
     def aggregate(self, stat, plan):

@@ -28,7 +28,7 @@ class Users(StatisticRule):
         partial is exactly 1: ``[0, 1]``."""
         return (0, 1)
 
-    def integer(self, interval, center, one_row):
+    def integer(self, interval, centred, one_row):
         return True
 
     def aggregate(self, stat, plan):
@@ -62,7 +62,7 @@ class Values(StatisticRule):
         moves the group's distinct count by at most R: ``[0, R]``."""
         return (0, max_rows)
 
-    def integer(self, interval, center, one_row):
+    def integer(self, interval, centred, one_row):
         return True
 
     def aggregate(self, stat, plan):

@@ -44,7 +44,7 @@ class Histogram(StatisticRule):
         """
         return (0, max_rows)
 
-    def integer(self, interval, center, one_row):
+    def integer(self, interval, centred, one_row):
         # rescaled per user (see partial): fractional, unless each user has one row
         return one_row
 

@@ -38,7 +38,7 @@ class SumSquares(Sum):
         assert interval is not None
         return (0, max_rows * interval.magnitude**2)
 
-    def integer(self, interval, center, one_row):
+    def integer(self, interval, centred, one_row):
         return False  # rescaled per user (rescaled): fractional
 
     def check(self, stats, candidate, limits, max_magnitude):
@@ -133,8 +133,8 @@ class Variance(Family):
         arg = aggregate.this
         interval = analysis.interval(arg)
         center = avg.normalised_center(interval)
-        squares = analysis.stat("sumsq", arg, interval, center)
-        total = analysis.stat("sum", arg, interval, center)
+        squares = analysis.stat("sumsq", arg, interval, center, centred=True)
+        total = analysis.stat("sum", arg, interval, center, centred=True)
         n = count.rows(analysis, arg)
         return {"kind": KINDS[type(aggregate)], "stats": (squares.name, total.name, n.name),
                 "center": center, "lower": interval.lower, "upper": interval.upper}

@@ -49,8 +49,9 @@ class _Analysis:
         self._cell_by_sql: dict[str, Cell] = {}
 
     def stat(self, kind: str, arg: exp.Expression | None, interval: Interval | None,
-             center: float = 0) -> Statistic:
-        """The statistic of that kind (:mod:`dpsql.aggregates`), added once per query."""
+             center: float = 0, centred: bool = False) -> Statistic:
+        """The statistic of that kind (:mod:`dpsql.aggregates`), added once per query;
+        ``centred`` for AVG's and VARIANCE's sums (:attr:`Statistic.centred`)."""
         rule = statistic_rule(kind)
         candidate = Statistic(
             name=rule.fixed_name
@@ -59,7 +60,8 @@ class _Analysis:
             arg=arg,
             interval=interval,
             center=center,
-            integer=rule.integer(interval, center, self.one_row),
+            centred=centred,
+            integer=rule.integer(interval, centred, self.one_row),
             nullable=arg is not None and not never_null(arg, self.scope.column),
             bins=rule.bins(interval),
         )

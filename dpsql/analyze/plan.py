@@ -32,6 +32,10 @@ class Statistic:
         arg: the per-row value (None for ``COUNT(*)`` and ``users``).
         interval: bounds the per-row value is clamped to (sums only).
         center: subtracted from each clamped value (normalised sums for AVG).
+        centred: AVG's or VARIANCE's sum, which goes with a count capped at ``max_rows``
+            and is rescaled per user to match it, whatever its :attr:`center` (a centre
+            of 0, as for bounds ``[0, 1]``, is still a centred sum; ``SUM(x)`` of the same
+            ``x`` is another statistic).
         integer: whether every value is whole (then discrete noise).
         nullable: whether the per-row value may be NULL (the clamp must keep NULLs).
         linf: per-group sensitivity (see :mod:`dpsql.analyze.sensitivity`).
@@ -53,6 +57,7 @@ class Statistic:
     arg: exp.Expression | None = None
     interval: Interval | None = None
     center: float = 0
+    centred: bool = False
     integer: bool = True
     nullable: bool = False
     linf: float = 0
@@ -87,7 +92,8 @@ class Statistic:
 
     def key(self) -> tuple:
         """Identity used to noise a statistic only once when several aggregates need it."""
-        return (self.kind, self.arg.sql() if self.arg is not None else None, self.center)
+        return (self.kind, self.arg.sql() if self.arg is not None else None, self.center,
+                self.centred)
 
 
 @dataclass
