@@ -69,7 +69,8 @@ _TABLE_KEYS = {
     "columns",
     "description",
 }
-_COLUMN_KEYS = {"type", "lower", "upper", "values", "nullable", "one_per_user", "description"}
+_COLUMN_KEYS = {"type", "lower", "upper", "values", "nullable", "one_per_user", "values_only",
+                "description"}
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,10 @@ class Column:
             one user (an attribute of the person, such as sex): dpsql checks it on the
             data before relying on it, and then only to run a step that changes nothing
             (:mod:`dpsql.one_per_user`).
+        values_only: the owner's word that every row holds one of :attr:`values` (or
+            NULL, where the column is nullable): dpsql checks it on the data before
+            relying on it, and then only to leave out a filter that would keep every
+            row (:mod:`dpsql.values_only`).
     """
 
     name: str
@@ -98,6 +103,7 @@ class Column:
     values: tuple | None = None
     nullable: bool = False
     one_per_user: bool = False
+    values_only: bool = False
 
     @property
     def bounded(self) -> bool:
@@ -489,7 +495,13 @@ def _column(table: str, name: str, cdoc: Any) -> Column:
         raise CatalogError(
             f"{where}: one_per_user is for {', '.join(ONE_PER_USER_TYPES)} columns, "
             f"not {ctype}")
-    return Column(name, ctype, lower, upper, values, nullable, one_per_user)
+    values_only = cdoc.get("values_only", False)
+    if not isinstance(values_only, bool):
+        raise CatalogError(f"{where}: values_only must be true or false")
+    if values_only and values is None:
+        raise CatalogError(f"{where}: values_only says every row holds one of the column's "
+                           "values: give them (values: [...])")
+    return Column(name, ctype, lower, upper, values, nullable, one_per_user, values_only)
 
 
 def _domain_value(value: Any, ctype: str, where: str) -> Any:

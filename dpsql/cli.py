@@ -267,7 +267,8 @@ def catalog() -> None:
 @click.option("--database", "-d", default=None,
               help="Also check the catalog against this database (a DuckDB file or a URL): "
                    "tables, columns, types, user keys (the schema), and one_per_user "
-                   "columns (one count over their table, where the data cannot change).")
+                   "and values_only columns (a count over their table, where the data "
+                   "cannot change).")
 def catalog_validate(path, database) -> None:
     """Check a catalog file and summarise its tables (and, with -d, match a database)."""
     try:
@@ -293,7 +294,7 @@ def catalog_validate(path, database) -> None:
             sys.exit(1)
         click.echo(f"{escape(database)}: OK (every table, column, type and user key "
                    "matches the catalog)")
-        lines, broken = one_per_user_lines(cat, database)
+        lines, broken = declared_lines(cat, database)
         for line in lines:
             click.echo(f"  {escape(line)}")
         for line in broken:
@@ -334,30 +335,41 @@ def check_against_database(cat, catalog_file, database) -> list[str]:
     return problems
 
 
-def one_per_user_lines(cat, database) -> tuple[list[str], list[str]]:
-    """Per table with ``one_per_user`` columns, what the data says of them
-    (:func:`dpsql.one_per_user.check_declared`): the owner's view, never an analyst's;
+#: Per declaration: its module, what holds, what a false one means, what stays.
+_DECLARED = (
+    ("one_per_user", "dpsql.one_per_user", "one value per user",
+     "some user has two values", "the max_groups window"),
+    ("values_only", "dpsql.values_only", "only the declared values",
+     "some row holds another value", "the domain filter"),
+)
+
+
+def declared_lines(cat, database) -> tuple[list[str], list[str]]:
+    """Per table with ``one_per_user`` or ``values_only`` columns, what the data says of
+    them (:func:`dpsql.one_per_user.check_declared`,
+    :func:`dpsql.values_only.check_declared`): the owner's view, never an analyst's;
     the lines that say a declaration is false come second."""
-    from dpsql.one_per_user import check_declared
+    import importlib
 
     lines, false = [], []
     with dpsql.connect(database, catalog=cat, budget=(1.0, 0.5), ledger=":memory:") as conn:
-        for table in cat.tables.values():
-            if not any(c.one_per_user for c in table.columns.values()):
-                continue
-            found = check_declared(conn._backend, table)
-            if found is None:
-                lines.append(f"{table.name}: one_per_user not checked (this database can "
-                             "change under dpsql): queries keep the max_groups window")
-                continue
-            held = [c for c, ok in found.items() if ok]
-            broken = [c for c, ok in found.items() if not ok]
-            if held:
-                lines.append(f"{table.name}: one value per user, checked: {', '.join(held)}")
-            if broken:
-                false.append(f"{table.name}: declared one_per_user but some user has two "
-                             f"values: {', '.join(broken)} (queries grouped by them keep "
-                             "the max_groups window)")
+        for option, module, holds, broke, kept in _DECLARED:
+            check_declared = importlib.import_module(module).check_declared
+            for table in cat.tables.values():
+                if not any(getattr(c, option) for c in table.columns.values()):
+                    continue
+                found = check_declared(conn._backend, table)
+                if found is None:
+                    lines.append(f"{table.name}: {option} not checked (this database can "
+                                 f"change under dpsql): queries keep {kept}")
+                    continue
+                held = [c for c, ok in found.items() if ok]
+                broken = [c for c, ok in found.items() if not ok]
+                if held:
+                    lines.append(f"{table.name}: {holds}, checked: {', '.join(held)}")
+                if broken:
+                    false.append(f"{table.name}: declared {option} but {broke}: "
+                                 f"{', '.join(broken)} (queries grouped by them keep {kept})")
     return lines, false
 
 

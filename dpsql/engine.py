@@ -56,7 +56,6 @@ from dpsql.ledger import ALL, BudgetView, InFlight, Ledger, Running
 from dpsql.mechanisms import DEFAULT_MECHANISM
 from dpsql.mechanisms import mechanism as mechanism_family
 from dpsql.normalize import normalize
-from dpsql.one_per_user import run_within_bound
 from dpsql.params import refuse_number
 from dpsql.parse import parse
 from dpsql.plan_cache import (
@@ -67,6 +66,7 @@ from dpsql.plan_cache import (
     plan_key,
 )
 from dpsql.postprocess import check_postprocess
+from dpsql.proven_run import run_proven
 from dpsql.public_keys import prove_in_domain
 from dpsql.result import Result
 from dpsql.rewrite import EngineTraits, rewrite
@@ -388,7 +388,7 @@ class Connection(Explaining, Answering):
         # from the rewritten query as built (before _check reads temporal keys as
         # text): its __per_user CTE is the table the statistics read
         measure = bias_query(plan, expression)
-        expression, read, shown = run_within_bound(  # the SQL shown: explain's
+        expression, read, shown = run_proven(  # the SQL shown: explain's
             plan, backend, self._check, *self._check(plan, expression, backend))
         if measure is not None:
             backend.check(measure)  # binds it, reads nothing

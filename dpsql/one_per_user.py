@@ -45,15 +45,11 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable
-from dataclasses import replace
 
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
 from dpsql.errors import QueryCancelled
-from dpsql.rewrite import rewrite
-from dpsql.rewrite.traits import EngineTraits
 
 log = logging.getLogger("dpsql.owner")
 
@@ -66,25 +62,15 @@ log = logging.getLogger("dpsql.owner")
 _proven: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def run_within_bound(plan: Plan, backend, check: Callable, expression: exp.Expression,
-                     read: Callable) -> tuple[exp.Expression, Callable, str]:
-    """What to run: the checked ``expression`` and its key reader ``read`` as they are,
-    or, where the check holds (module docstring), the query rewritten and checked again
-    without the L0 window; and the SQL to show, ``expression``'s whichever runs.
-
-    ``check`` is the engine's pre-charge check, ``(plan, expression, backend) ->
-    (expression, read)``: the SQL that runs passes every check the SQL shown passed.
-    """
-    shown = backend.to_sql(expression)
+def window_needless(plan: Plan, backend) -> bool:
+    """Whether the plan's L0 window would keep every row: every key reads only
+    ``one_per_user`` columns the data proves (module docstring); checks what the backend
+    has not checked yet. The SQL that runs without it is :mod:`dpsql.proven_run`'s."""
     columns = _needed(plan)
     if not columns:
-        return expression, read, shown
+        return False
     table, user_key = columns[0][0], columns[0][1]
-    if not all(_prove(backend, table, user_key, [c for _, _, c in columns])):
-        return expression, read, shown
-    unbounded = replace(plan, bound_groups=False)
-    return (*check(unbounded, rewrite(unbounded, engine=EngineTraits.of(backend)), backend),
-            shown)
+    return all(_prove(backend, table, user_key, [c for _, _, c in columns]))
 
 
 def check_declared(backend, table) -> dict[str, bool] | None:

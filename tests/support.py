@@ -259,12 +259,12 @@ def checked(conn, plan, expression, backend):
 
 def to_run(conn, plan, expression, backend):
     """What the engine runs of a prepared query and what it shows: ``(expression to
-    run, function reading its rows back, SQL shown)``; the checks, and the L0 window
-    left out where ``one_per_user`` keys are proven on the data (dpsql.one_per_user)."""
-    from dpsql.one_per_user import run_within_bound
+    run, function reading its rows back, SQL shown)``; the checks, and the steps left
+    out where the data proves them needless (dpsql.proven_run)."""
+    from dpsql.proven_run import run_proven
 
     engine = _engine_connection(conn)
-    return run_within_bound(plan, backend, engine._check,
+    return run_proven(plan, backend, engine._check,
                             *engine._check(plan, expression, backend))
 
 

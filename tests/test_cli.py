@@ -161,3 +161,18 @@ def test_catalog_validate_checks_one_per_user_on_the_data(tmp_path):
     bad = run("catalog", "validate", cat, "-d", str(db), check=False)
     assert bad.returncode == 1
     assert "declared one_per_user but some user has two values: sex" in bad.stderr
+
+
+def test_catalog_validate_checks_values_only_on_the_data(tmp_path):
+    # the owner's view of the values_only check (dpsql.values_only): held, or false
+    db = tmp_path / "demo.duckdb"
+    run("demo", "--save", str(db))
+    cat = str(catalog_path("pums_dup"))
+    out = run("catalog", "validate", cat, "-d", str(db)).stdout
+    assert "only the declared values, checked: sex, educ, race, married" in out
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE pums_dup SET race = 9 WHERE pid = (SELECT MIN(pid) FROM pums_dup)")
+    con.close()
+    bad = run("catalog", "validate", cat, "-d", str(db), check=False)
+    assert bad.returncode == 1
+    assert "declared values_only but some row holds another value: race" in bad.stderr

@@ -104,7 +104,9 @@ class GroupKey:
     expr: exp.Expression
     domain: tuple | None = None
     #: Every value the rows can hold for it lies in ``domain``: proven before the
-    #: charge from a public table whose data cannot change (:mod:`dpsql.public_keys`).
+    #: charge from a public table whose data cannot change (:mod:`dpsql.public_keys`),
+    #: or, on the plan that runs only, from a ``values_only`` column's table
+    #: (:mod:`dpsql.values_only`, :mod:`dpsql.proven_run`).
     in_domain: bool = False
 
 

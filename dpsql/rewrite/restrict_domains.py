@@ -108,11 +108,12 @@ def restrict_domains(expression: exp.Select, plan: Plan,
     return expression
 
 
-def domain_condition(key, plan: Plan, subject: exp.Expression | None = None
-                     ) -> exp.Expression:
+def domain_condition(key, plan: Plan | None, subject: exp.Expression | None = None,
+                     whole: bool | None = None) -> exp.Expression:
     """The test that keeps the rows whose ``key`` lies in its domain (of ``subject``,
     the key's own expression by default): ``IN`` lists, ``BETWEEN`` runs, ``IS NULL``,
-    or ``FALSE`` for an empty domain.
+    or ``FALSE`` for an empty domain. ``whole``: whether runs may be ``BETWEEN``
+    (:func:`_whole`, asked of ``plan`` when None).
 
     >>> from dpsql.engine import _demo_plan
     >>> plan = _demo_plan("SELECT sex, COUNT(*) FROM pums GROUP BY sex")
@@ -124,7 +125,9 @@ def domain_condition(key, plan: Plan, subject: exp.Expression | None = None
     subject = subject if isinstance(subject, exp.Column) else exp.paren(subject)
     values = [v for v in key.domain if v is not None]
     terms: list[exp.Expression] = []
-    singles, runs = _runs(values) if _whole(key, plan) else (values, [])
+    if whole is None:
+        whole = _whole(key, plan)
+    singles, runs = _runs(values) if whole else (values, [])
     terms += [exp.In(this=subject.copy(), expressions=[constant(v) for v in part])
               for part in _parts(singles)]
     terms += [exp.Between(this=subject.copy(), low=constant(lo), high=constant(hi))

@@ -57,6 +57,9 @@ class Col:
     collate: bool = False
     constraint: str = ""  # "PRIMARY KEY", "UNIQUE" or ""
     per_user: bool = False  # declared one_per_user (dpsql.one_per_user)
+    #: declared values_only (dpsql.values_only): every row of D holds one of the values;
+    #: the attacker's rows keep it true or break it
+    values_only: bool = False
 
     @property
     def kind(self) -> str:
@@ -84,6 +87,8 @@ class Col:
             out["nullable"] = True
         if self.per_user:
             out["one_per_user"] = True
+        if self.values_only and self.values is not None:
+            out["values_only"] = True
         return out
 
     def ddl(self) -> str:
@@ -206,7 +211,7 @@ def worlds(draw) -> Generated:
         # rarely: a collated column makes the whole table refused on engines that
         # refuse non-binary collations, which would hide everything else
         return Col(name, "VARCHAR", values=values, collate=draw(st.integers(0, 9)) == 0,
-                   nullable=draw(st.booleans()))
+                   nullable=draw(st.booleans()), values_only=draw(st.booleans()))
 
     def groups_rows():
         return draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 2, 5]))
@@ -221,7 +226,7 @@ def worlds(draw) -> Generated:
         tables["people"] = TableMeta("people", "user", [
             uid,
             Col("region", "INTEGER", values=draw(st.sampled_from([None, (1, 2, 3)])),
-                nullable=draw(st.booleans()), per_user=per),
+                nullable=draw(st.booleans()), per_user=per, values_only=draw(st.booleans())),
             Col("age", age_type, lo, hi, nullable=draw(st.booleans())),
             text_col("name", ("a", "b", "c")),
             Col("born", "DATE", "2000-01-01", "2000-12-31", per_user=per),
@@ -237,7 +242,7 @@ def worlds(draw) -> Generated:
             Col("vid", "INTEGER", constraint=draw(st.sampled_from(["UNIQUE", ""]))),
             Col("day", "DATE", "2021-01-01", "2021-03-31", per_user=per),
             Col("place", "INTEGER", values=draw(st.sampled_from([None, (1, 2, 3, 4)])),
-                per_user=per),
+                per_user=per, values_only=draw(st.booleans())),
             Col("amount", draw(st.sampled_from(["DOUBLE", "DECIMAL(12,2)"])), 0, 100,
                 nullable=draw(st.booleans())),
             text_col("cat", ("x", "y")),
@@ -893,6 +898,10 @@ class _Query:
         declared = [(s, c) for s, c in cands if c.per_user]
         if declared and self.chance(0.5):  # keys checked one per user (dpsql.one_per_user)
             cands = declared
+        only = [(s, c) for s, c in cands if c.values_only and c.values is not None]
+        if only and self.chance(0.4):  # bare keys checked in their values (values_only)
+            s, c = self.pick(only)
+            return self.ref(s, c, q)
         s, c = self.pick(cands)
         x = self.ref(s, c, q)
         if c.kind == "int":
