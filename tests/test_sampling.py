@@ -100,3 +100,57 @@ def test_chi_square_rejects_a_wrong_scale_of_few_draws(scale):
     edges = list(range(-width, width + 1))
     wrong = rational_scale(scale * 1.1)
     assert chi_square_p(sample, dlap_probabilities(*wrong, edges), edges) < 1e-6
+
+
+# -- the inline Python path, word for word against the same algorithm in calls ----------
+
+def _reference(n: int, t: int, s: int, word) -> list[int]:
+    """CKS Algorithm 2 with one call per uniform draw (the form the inline
+    :func:`discrete_laplace_list` was written from), but for one draw that decides
+    nothing: ``Bernoulli(exp(−1))`` starts at ``k = 2`` (its ``Bernoulli(1/1)`` is 1)."""
+
+    def uniform_below(m: int) -> int:
+        limit = (0xFFFF_FFFF_FFFF_FFFF // m) * m
+        while True:
+            w = word()
+            if w < limit:
+                return w % m
+
+    def bernoulli_exp(num: int, den: int, k: int = 1) -> bool:
+        while uniform_below(den * k) < num:
+            k += 1
+        return k % 2 == 1
+
+    out: list[int] = []
+    while len(out) < n:
+        u = uniform_below(t)
+        if not bernoulli_exp(u, t):
+            continue
+        v = 0
+        while bernoulli_exp(1, 1, k=2):
+            v += 1
+        y = (u + t * v) // s
+        negative = uniform_below(2) < 1
+        if negative and y == 0:
+            continue
+        out.append(-y if negative else y)
+    return out
+
+
+def _stream(seed: int):
+    """A fixed stream of 64-bit words, with words near 2^64 (rejected) mixed in."""
+    rng = np.random.default_rng(seed)
+    words = [int(w) for w in rng.integers(0, 2**64, size=200_000, dtype=np.uint64)]
+    for i in range(0, len(words), 7):
+        words[i] = 2**64 - 1 - int(rng.integers(0, 3))
+    return iter(words).__next__
+
+
+@pytest.mark.parametrize("t, s", [(1, 1), (2, 1), (3, 2), rational_scale(0.4),
+                                  rational_scale(3.7), rational_scale(250.0)])
+def test_the_inline_path_draws_what_the_algorithm_draws(t, s):
+    from dpsql.mechanisms.sampling import discrete_laplace_list
+
+    for seed in range(3):
+        assert discrete_laplace_list(500, t, s, _stream(seed)) == \
+            _reference(500, t, s, _stream(seed))

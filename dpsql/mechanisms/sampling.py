@@ -126,55 +126,30 @@ def discrete_laplace(n: int, t: int, s: int = 1) -> np.ndarray:
 
 #: Draws up to which :func:`discrete_laplace` runs on Python integers.
 SMALL = 64
-#: Words :class:`_Words` fetches at once: a draw takes about a dozen, and a query's
+#: Words :func:`_word_stream` fetches at once: a draw takes about nine, and a query's
 #: few draws should not pay for a large read of the CSPRNG (2 KiB took 30 us right
 #: after a backend query had evicted the caches).
 _BATCH = 32
 _UNPACK = struct.Struct(f"<{_BATCH}Q").unpack
+_MAX64 = 0xFFFF_FFFF_FFFF_FFFF
+#: ``floor((2^64 − 1) / m) · m`` for the small ``m`` of Bernoulli(exp(−1))'s rounds.
+_LIMITS = tuple((_MAX64 // m) * m if m else 0 for m in range(64))
 
 
-class _Words:
-    """Uniform 64-bit words from the CSPRNG, fetched :data:`_BATCH` at a time.
+def _word_stream():
+    """Uniform 64-bit words from the CSPRNG, :data:`_BATCH` at a time.
 
     Each word is 8 bytes of ``os.urandom`` read as one unsigned little-endian integer,
     as :func:`random_words` reads them (numpy's ``uint64`` on a little-endian machine),
     without numpy: a query's few draws run right after the backend's query, when
-    numpy's code is out of the caches.
+    numpy's code is out of the caches. A generator's ``__next__`` is the cheapest call
+    Python has for it.
     """
-
-    __slots__ = ("_words", "_next")
-
-    def __init__(self) -> None:
-        self._words: tuple[int, ...] = ()
-        self._next = 0
-
-    def __call__(self) -> int:
-        if self._next == len(self._words):
-            self._words = _UNPACK(os.urandom(8 * _BATCH))
-            self._next = 0
-        word = self._words[self._next]
-        self._next += 1
-        return word
-
-
-def _uniform_below_one(m: int, word: _Words) -> int:
-    """:func:`uniform_below` for one ``m`` (same rejection rule)."""
-    limit = (0xFFFF_FFFF_FFFF_FFFF // m) * m
     while True:
-        w = word()
-        if w < limit:
-            return w % m
+        yield from _UNPACK(os.urandom(8 * _BATCH))
 
 
-def _bernoulli_exp_one(num: int, den: int, word: _Words) -> bool:
-    """:func:`bernoulli_exp` for one ``num/den`` in [0, 1] (same K, same parity rule)."""
-    k = 1
-    while _uniform_below_one(den * k, word) < num:  # Bernoulli(num / (den·k)) = 1
-        k += 1
-    return k % 2 == 1
-
-
-def discrete_laplace_list(n: int, t: int, s: int = 1) -> list[int]:
+def discrete_laplace_list(n: int, t: int, s: int = 1, next_word=None) -> list[int]:
     """:func:`discrete_laplace`'s algorithm, one candidate after another, as a list of
     Python integers (no numpy: :data:`SMALL` draws or fewer, a query's groups).
 
@@ -183,20 +158,64 @@ def discrete_laplace_list(n: int, t: int, s: int = 1) -> list[int]:
     successes of ``Bernoulli(exp(−1))`` before the first failure; ``Y = (U + t·V) // s``;
     a fair sign, with "negative zero" rejected. Each kept candidate is an independent
     draw of the distribution, so ``n`` of them in turn are ``n`` i.i.d. draws.
+
+    Every uniform draw is :func:`uniform_below`'s rejection rule on one word (``w < L``
+    with ``L = floor((2^64 − 1) / m) · m``, then ``w mod m``), written inline: a draw
+    is about nine of them, and a function call each was most of the time. One draw is
+    left out because it decides nothing: ``Bernoulli(exp(−1))``'s first round is
+    ``Bernoulli(1/1)``, a uniform below 1, which is 0 whatever the word (so ``K`` starts
+    at 2). ``tests/test_sampling.py`` checks, word for word, that the outputs are those
+    of the same algorithm written with one call per uniform draw.
+
+    Args:
+        next_word: where the 64-bit words come from (a test's fixed stream); the
+            CSPRNG by default.
     """
     if t < 1 or s < 1:
         raise ValueError("t and s must be positive integers")
-    word = _Words()
+    word = next_word or _word_stream().__next__
+    max64, limits = _MAX64, _LIMITS
+    limit_t = (max64 // t) * t
     out: list[int] = []
     while len(out) < n:
-        u = _uniform_below_one(t, word)
-        if not _bernoulli_exp_one(u, t, word):
+        w = word()
+        while w >= limit_t:
+            w = word()
+        u = w % t
+        # Bernoulli(exp(−U/t)): K is the first k with Bernoulli(U/(t·k)) = 0; kept iff odd
+        k = 1
+        while True:
+            m = t * k
+            w = word()
+            limit = limit_t if k == 1 else (max64 // m) * m
+            while w >= limit:
+                w = word()
+            if w % m < u:
+                k += 1
+            else:
+                break
+        if not k & 1:
             continue
         v = 0
-        while _bernoulli_exp_one(1, 1, word):
+        while True:  # V: Bernoulli(exp(−1)) successes before the first failure
+            k = 2  # Bernoulli(1/1) = 1 without a word
+            while True:
+                limit = limits[k] if k < 64 else (max64 // k) * k
+                w = word()
+                while w >= limit:
+                    w = word()
+                if w % k < 1:
+                    k += 1
+                else:
+                    break
+            if not k & 1:
+                break
             v += 1
         y = (u + t * v) // s
-        negative = _uniform_below_one(2, word) < 1
+        w = word()
+        while w >= limits[2]:
+            w = word()
+        negative = w % 2 < 1
         if negative and y == 0:
             continue
         out.append(-y if negative else y)
