@@ -146,13 +146,14 @@ def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
                 ) from None
 
     rows, accuracy, intervals = [], [], []
-    levels = [_levels(plan, out, alpha) for out in plan.outputs]  # the same in every row
+    # what each output's error bar reads, the same in every row
+    bar_of = [_error_bar(plan, out, _levels(plan, out, alpha)) for out in plan.outputs]
     for row in result:
         rid = row[-1]
         values = row[:-1]
         rows.append(tuple(values))
-        bars = [_error_bar(plan, out, value, rid, noisy, cells, level)
-                for out, value, level in zip(plan.outputs, values, levels, strict=True)]
+        bars = [bar(value, rid, noisy, cells)
+                for bar, value in zip(bar_of, values, strict=True)]
         accuracy.append(tuple(b[0] for b in bars))
         intervals.append(tuple(b[1] for b in bars))
     return Answer([o.name for o in plan.outputs], rows, accuracy, intervals,
@@ -383,28 +384,56 @@ def _levels(plan, out, alpha) -> tuple[float, dict[str, float]] | None:
     return level, widths
 
 
-def _error_bar(plan, out, value, rid, noisy, cells, levels):
-    """An output cell's half-width and its interval within the bounds, or (None, None).
+def _error_bar(plan, out, levels) -> Callable:
+    """The function ``(value, rid, noisy, cells) -> (half-width, interval)`` of an
+    output: its cell's half-width and interval within the bounds, or (None, None).
 
     The interval holds the released value; the half-width is the larger distance from
     the value to an end of it, so ``value ± half-width`` covers the interval. ``levels``
-    is the output's :func:`_levels`.
+    is the output's :func:`_levels`. What does not depend on the row (the output's
+    cells, whether it is a statistic itself) is looked up once, here.
     """
-    if levels is None or value is None:
-        return None, None
+    if levels is None:
+        return lambda value, rid, noisy, cells: (None, None)
     level, widths = levels
     if isinstance(out.expr, exp.Column):
         cell = next(c for c in plan.cells if c.name == out.expr.name)
+        interval = cell.family.interval
         if cell.family.direct:  # the statistic itself: its own (integer) half-width
-            return widths[cell.stats[0]], cell.family.interval(plan, cell, rid, noisy, cells,
-                                                               widths, level)
-    env = {}
-    for i, key in enumerate(plan.keys):
-        env[key.name] = _point(noisy.keys[rid][i])
-    for cell in plan.cells:
-        if cell.name in out.cells:
-            env[cell.name] = cell.family.interval(plan, cell, rid, noisy, cells, widths, level)
-    low, high = _Intervals(env).visit(out.expr)
+            width = widths[cell.stats[0]]
+
+            def direct(value, rid, noisy, cells):
+                if value is None:
+                    return None, None
+                return width, interval(plan, cell, rid, noisy, cells, widths, level)
+            return direct
+
+        def one_cell(value, rid, noisy, cells):  # the cell's interval is the output's
+            if value is None:
+                return None, None
+            low, high = _Intervals({cell.name: interval(
+                plan, cell, rid, noisy, cells, widths, level)}).visit(out.expr)
+            return _widened(value, low, high)
+        return one_cell
+    used = [c for c in plan.cells if c.name in out.cells]
+
+    def computed(value, rid, noisy, cells):
+        if value is None:
+            return None, None
+        env = {}
+        for i, key in enumerate(plan.keys):
+            env[key.name] = _point(noisy.keys[rid][i])
+        for cell in used:
+            env[cell.name] = cell.family.interval(plan, cell, rid, noisy, cells, widths,
+                                                  level)
+        low, high = _Intervals(env).visit(out.expr)
+        return _widened(value, low, high)
+    return computed
+
+
+def _widened(value, low: float, high: float):
+    """(half-width, interval) of a released value whose truth lies in ``[low, high]``:
+    the interval widened to hold the value; (None, None) for a value that is no number."""
     if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
         return None, None  # e.g. a CASE over aggregates that answers text
     value = float(value)
