@@ -211,7 +211,13 @@ class Plan:
     def stat(self, name: str) -> Statistic:
         """The statistic behind a rewritten column (``__s3`` or a histogram bin ``__s3_7``)."""
         base = name.rsplit("_", 1)[0] if name[-1].isdigit() and name.count("_") > 2 else name
-        return next(s for s in self.stats if s.name == base)
+        # by name, built once: the error bars and values ask it per cell and row (tens of
+        # thousands of scans per second of TPC-H q10); the list only grows in analysis
+        index = self.__dict__.get("_stat_index")
+        if index is None or len(index) != len(self.stats):
+            index = {s.name: s for s in self.stats}
+            object.__setattr__(self, "_stat_index", index)
+        return index[base]
 
     @property
     def cost(self) -> tuple[float, float]:
