@@ -105,3 +105,20 @@ def test_yaml_numbers_written_without_a_dot_are_numbers(tmp_path):
     cat = load_catalog(path)
     assert cat.budget == (1.0, 1e-5)
     assert cat.table("t").columns["x"].upper == 1000.0
+
+
+def test_date_and_timestamp_values_are_read_as_such():
+    # kept as text, a date key's groups matched none the engine returned: every one 0
+    # (attack review)
+    import datetime
+
+    cat = load_catalog({"tables": {"t": {"user_key": "u", "columns": {
+        "u": {"type": "int"},
+        "d": {"type": "date", "values": ["2024-01-01", datetime.date(2024, 1, 2)]},
+        "ts": {"type": "timestamp", "values": ["2024-01-01 12:00:00"]}}}}})
+    assert cat.table("t").column("d").values == (datetime.date(2024, 1, 1),
+                                                 datetime.date(2024, 1, 2))
+    assert cat.table("t").column("ts").values == (datetime.datetime(2024, 1, 1, 12),)
+    with pytest.raises(CatalogError, match="expected a date"):
+        load_catalog({"tables": {"t": {"user_key": "u", "columns": {
+            "u": {"type": "int"}, "d": {"type": "date", "values": ["soon"]}}}}})

@@ -266,7 +266,8 @@ class DuckDBBackend(Backend):
         if self.name == "duckdb connection":
             return None
         # a view is computed afresh by every statement (random(), now(), another
-        # table): only base tables hold what was counted (attack review)
+        # table): only base tables hold what was counted (attack review), and only
+        # those without a generated column (_base_tables)
         read = {t.name.lower() for t in expression.find_all(exp.Table)}
         if not read or not read <= self._base_tables():
             return None
@@ -274,12 +275,22 @@ class DuckDBBackend(Backend):
         return tuple(rows[0])
 
     def _base_tables(self) -> set[str]:
-        """The current schema's base tables (not views), lower-cased; read once, as the
-        schema of a frozen instance cannot change."""
+        """The current schema's base tables (not views) with no generated column,
+        lower-cased; read once, as the schema of a frozen instance cannot change.
+
+        A VIRTUAL generated column is computed on every read, and DuckDB takes
+        ``now()`` or ``random()`` there (attack review: a segment that turned into a
+        value outside its domain some seconds after the check, and a one-per-user
+        column that split every user in two, on the same connection). Such a table is
+        a view by another name.
+        """
         if self._bases is None:
             self._bases = {name.lower() for (name,) in self._metadata(
                 "(schema)", "SELECT table_name FROM duckdb_tables() WHERE database_name = "
-                "current_database() AND schema_name = current_schema()", [])}
+                "current_database() AND schema_name = current_schema() AND table_name NOT "
+                "IN (SELECT table_name FROM information_schema.columns WHERE table_catalog "
+                "= current_database() AND table_schema = current_schema() AND "
+                "is_generated <> 'NEVER')", [])}
         return self._bases
 
     def _finals_version(self) -> str | None:
