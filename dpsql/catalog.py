@@ -525,16 +525,23 @@ def _domain_value(value: Any, ctype: str, where: str) -> Any:
 
 
 def _timestamp(value: Any, where: str) -> datetime.datetime:
-    """A timestamp value: a YAML timestamp or an ISO string (a date is its midnight)."""
+    """A timestamp value: a YAML timestamp or an ISO string (a date is its midnight),
+    without a time zone: a key of a TIMESTAMP column comes back without one, and an
+    aware value equals none of them (attack review: its group came out 0)."""
     if isinstance(value, datetime.datetime):
-        return value
-    if isinstance(value, datetime.date):
-        return datetime.datetime(value.year, value.month, value.day)
-    try:
-        return datetime.datetime.fromisoformat(str(value))
-    except ValueError:
-        raise CatalogError(f"{where}: expected a timestamp such as 2024-01-01 12:00:00, "
-                           f"got {value!r}") from None
+        stamp = value
+    elif isinstance(value, datetime.date):
+        stamp = datetime.datetime(value.year, value.month, value.day)
+    else:
+        try:
+            stamp = datetime.datetime.fromisoformat(str(value))
+        except ValueError:
+            raise CatalogError(f"{where}: expected a timestamp such as 2024-01-01 12:00:00, "
+                               f"got {value!r}") from None
+    if stamp.tzinfo is not None:
+        raise CatalogError(f"{where}: a timestamp with a time zone; give the time without "
+                           "one, as the column holds it")
+    return stamp
 
 
 def _date(value: Any, where: str) -> datetime.date:

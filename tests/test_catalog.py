@@ -122,3 +122,12 @@ def test_date_and_timestamp_values_are_read_as_such():
     with pytest.raises(CatalogError, match="expected a date"):
         load_catalog({"tables": {"t": {"user_key": "u", "columns": {
             "u": {"type": "int"}, "d": {"type": "date", "values": ["soon"]}}}}})
+
+
+@pytest.mark.parametrize("stamp", ["2024-01-01 11:00:00+00:00", "2024-01-01T11:00:00Z"])
+def test_timestamp_values_with_a_time_zone_are_refused(stamp):
+    # a TIMESTAMP key comes back without a zone: an aware value matched none of them,
+    # and its group came out 0 (attack review)
+    with pytest.raises(CatalogError, match="time zone"):
+        load_catalog({"tables": {"t": {"user_key": "u", "columns": {
+            "u": {"type": "int"}, "ts": {"type": "timestamp", "values": [stamp]}}}}})

@@ -268,8 +268,11 @@ class DuckDBBackend(Backend):
         # a view is computed afresh by every statement (random(), now(), another
         # table): only base tables hold what was counted (attack review), and only
         # those without a generated column (_base_tables)
-        read = {t.name.lower() for t in expression.find_all(exp.Table)}
-        if not read or not read <= self._base_tables():
+        read = {t.name for t in expression.find_all(exp.Table)}
+        # ASCII only: Python's lower() folds all of Unicode, DuckDB's names do not (a
+        # view "i̇x" passed as the base table "İx"; attack review)
+        if not read or not all(n.isascii() for n in read) \
+                or not {n.lower() for n in read} <= self._base_tables():
             return None
         _, rows = self.execute(expression)
         return tuple(rows[0])
@@ -282,15 +285,19 @@ class DuckDBBackend(Backend):
         ``now()`` or ``random()`` there (attack review: a segment that turned into a
         value outside its domain some seconds after the check, and a one-per-user
         column that split every user in two, on the same connection). Such a table is
-        a view by another name.
+        a view by another name. Only ASCII names, none that a view's name folds to
+        (:meth:`frozen_row` compares them lower-cased).
         """
         if self._bases is None:
+            views = {name.lower() for (name,) in self._metadata(
+                "(views)", "SELECT view_name FROM duckdb_views() WHERE database_name = "
+                "current_database() AND schema_name = current_schema()", [])}
             self._bases = {name.lower() for (name,) in self._metadata(
                 "(schema)", "SELECT table_name FROM duckdb_tables() WHERE database_name = "
                 "current_database() AND schema_name = current_schema() AND table_name NOT "
                 "IN (SELECT table_name FROM information_schema.columns WHERE table_catalog "
                 "= current_database() AND table_schema = current_schema() AND "
-                "is_generated <> 'NEVER')", [])}
+                "is_generated <> 'NEVER')", []) if name.isascii()} - views
         return self._bases
 
     def _finals_version(self) -> str | None:

@@ -267,3 +267,22 @@ def test_a_table_with_a_generated_column_is_not_frozen(tmp_path, no_noise, ran):
     backend = DuckDBBackend(_generated(tmp_path / "b"))
     assert "people" not in backend._base_tables()
     backend.close()
+
+
+def test_a_view_named_like_a_base_table_under_unicode_folding_is_not_frozen(tmp_path):
+    # Python folds "İx" to "i̇x"; DuckDB keeps the table "İx" and the view "i̇x" apart
+    # (attack review: the view passed as the base table); only ASCII names are frozen
+    path = tmp_path / "u.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute('CREATE TABLE "İx" (pid INTEGER)')
+    con.execute('CREATE VIEW "i̇x" AS SELECT * FROM "İx"')
+    con.execute("CREATE TABLE plain_t (pid INTEGER)")
+    con.close()
+    backend = DuckDBBackend(path)
+    assert backend._base_tables() == {"plain_t"}
+    from sqlglot import exp
+    for name in ("İx", "i̇x"):
+        probe = exp.select(exp.Count(this=exp.Star())).from_(
+            exp.Table(this=exp.to_identifier(name, quoted=True)))
+        assert backend.frozen_row(probe) is None
+    backend.close()
