@@ -23,6 +23,31 @@ from dpsql.datasets import load_pums, load_tpch, pums_catalog
 from tests import support
 
 
+@pytest.fixture
+def no_noise(monkeypatch):
+    """Noise off: every discrete Laplace draw is 0 (exact answers, for tests that pin
+    them)."""
+    from dpsql.mechanisms.laplace import DiscreteLaplace
+
+    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
+
+
+@pytest.fixture
+def ran(monkeypatch):
+    """The SQL texts the DuckDB backend ran, in order."""
+    from dpsql.backends.duckdb import DuckDBBackend
+
+    texts: list[str] = []
+    execute = DuckDBBackend.execute
+
+    def spy(self, expression):
+        texts.append(self.to_sql(expression))
+        return execute(self, expression)
+
+    monkeypatch.setattr(DuckDBBackend, "execute", spy)
+    return texts
+
+
 @pytest.fixture(scope="session")
 def pums_file(tmp_path_factory):
     """A DuckDB file holding the bundled tables ``pums`` and ``pums_dup``."""

@@ -15,12 +15,6 @@ import duckdb
 import pytest
 
 import dpsql
-from dpsql.mechanisms.laplace import DiscreteLaplace
-
-
-@pytest.fixture
-def no_noise(monkeypatch):
-    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
 
 
 def _conn(tmp_path, lower, upper, ctype, sqltype):

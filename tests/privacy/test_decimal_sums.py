@@ -18,7 +18,6 @@ import pytest
 
 import dpsql
 from dpsql.decimal_sums import DecimalSum, decide
-from dpsql.mechanisms.laplace import DiscreteLaplace
 
 LOW, HIGH = Decimal("-1.25"), Decimal("2.5")
 
@@ -50,11 +49,6 @@ def _clamped(x: str | None) -> Decimal | None:
 
 ROWS = [(0, 0, "0.10"), (1, 1, "2.49"), (2, 0, "7.00"), (3, 1, None), (4, 0, "-3.33"),
         (5, 1, "1.11"), (6, 0, "2.50"), (7, 1, "-1.25")]
-
-
-@pytest.fixture
-def no_noise(monkeypatch):
-    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
 
 
 def test_one_row_per_user_releases_the_exact_clamped_total(no_noise):

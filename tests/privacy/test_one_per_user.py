@@ -18,7 +18,6 @@ import dpsql
 from dpsql import one_per_user
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.errors import CatalogError
-from dpsql.mechanisms.laplace import DiscreteLaplace
 
 USERS = 40
 SQL = "SELECT sex, COUNT(*) AS n FROM people GROUP BY sex"
@@ -47,25 +46,6 @@ def _file(tmp_path, split_users: int, name: str = "opu.duckdb"):
     con.executemany("INSERT INTO people VALUES (?, ?, ?, ?)", rows)
     con.close()
     return path
-
-
-@pytest.fixture
-def no_noise(monkeypatch):
-    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
-
-
-@pytest.fixture
-def ran(monkeypatch):
-    """The SQL texts the backend ran."""
-    texts: list[str] = []
-    execute = DuckDBBackend.execute
-
-    def spy(self, expression):
-        texts.append(self.to_sql(expression))
-        return execute(self, expression)
-
-    monkeypatch.setattr(DuckDBBackend, "execute", spy)
-    return texts
 
 
 def _answer(database, sql=SQL, catalog=None, delta=0.0):

@@ -15,7 +15,6 @@ import pytest
 
 import dpsql
 from dpsql import public_keys
-from dpsql.mechanisms.laplace import DiscreteLaplace
 
 USERS = 40
 DOMAIN = ["CHINA", "FRANCE", "PERU"]
@@ -45,11 +44,6 @@ def _file(tmp_path, names: list[str | None]):
                     [(2 * u + i, u, n) for u in range(USERS) for i, n in enumerate([0, other])])
     con.close()
     return path
-
-
-@pytest.fixture
-def no_noise(monkeypatch):
-    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
 
 
 def _answer(database, catalog=None, sql=SQL):

@@ -21,7 +21,6 @@ from dpsql import values_only
 from dpsql.backends.duckdb import DuckDBBackend
 from dpsql.catalog import load_catalog
 from dpsql.errors import CatalogError, QueryCancelled
-from dpsql.mechanisms.laplace import DiscreteLaplace
 
 USERS = 40
 SQL = "SELECT seg, COUNT(*) AS n FROM people GROUP BY seg"
@@ -50,25 +49,6 @@ def _file(tmp_path, outside: int, name: str = "vo.duckdb", value: str | None = "
     con.executemany("INSERT INTO people VALUES (?, ?, ?)", rows)
     con.close()
     return path
-
-
-@pytest.fixture
-def no_noise(monkeypatch):
-    monkeypatch.setattr(DiscreteLaplace, "draws", lambda self, n: [0] * n)
-
-
-@pytest.fixture
-def ran(monkeypatch):
-    """The SQL texts the backend ran."""
-    texts: list[str] = []
-    execute = DuckDBBackend.execute
-
-    def spy(self, expression):
-        texts.append(self.to_sql(expression))
-        return execute(self, expression)
-
-    monkeypatch.setattr(DuckDBBackend, "execute", spy)
-    return texts
 
 
 def _answer(database, sql=SQL, catalog=None):
