@@ -335,12 +335,12 @@ def check_against_database(cat, catalog_file, database) -> list[str]:
     return problems
 
 
-#: Per declaration: its module, what holds, what a false one means, what stays.
+#: Per declaration: what holds, what a false one means, what stays.
 _DECLARED = (
-    ("one_per_user", "dpsql.one_per_user", "one value per user",
-     "some user has two values", "the max_groups window"),
-    ("values_only", "dpsql.values_only", "only the declared values",
-     "some row holds another value", "the domain filter"),
+    ("one_per_user", "one value per user", "some user has two values",
+     "the max_groups window"),
+    ("values_only", "only the declared values", "some row holds another value",
+     "the domain filter"),
 )
 
 
@@ -349,12 +349,14 @@ def declared_lines(cat, database) -> tuple[list[str], list[str]]:
     them (:func:`dpsql.one_per_user.check_declared`,
     :func:`dpsql.values_only.check_declared`): the owner's view, never an analyst's;
     the lines that say a declaration is false come second."""
-    import importlib
+    from dpsql import one_per_user, values_only
 
+    checks = {"one_per_user": one_per_user.check_declared,
+              "values_only": values_only.check_declared}
     lines, false = [], []
     with dpsql.connect(database, catalog=cat, budget=(1.0, 0.5), ledger=":memory:") as conn:
-        for option, module, holds, broke, kept in _DECLARED:
-            check_declared = importlib.import_module(module).check_declared
+        for option, holds, broke, kept in _DECLARED:
+            check_declared = checks[option]
             for table in cat.tables.values():
                 if not any(getattr(c, option) for c in table.columns.values()):
                     continue
