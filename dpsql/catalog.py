@@ -70,7 +70,7 @@ _TABLE_KEYS = {
     "description",
 }
 _COLUMN_KEYS = {"type", "lower", "upper", "values", "nullable", "one_per_user", "values_only",
-                "description"}
+                "in_bounds", "description"}
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,10 @@ class Column:
             NULL, where the column is nullable): dpsql checks it on the data before
             relying on it, and then only to leave out a filter that would keep every
             row (:mod:`dpsql.values_only`).
+        in_bounds: the owner's word that every value lies within :attr:`lower` and
+            :attr:`upper` (or is NULL, where the column is nullable): dpsql checks it on
+            the data before relying on it, and then only to leave out a clamp that would
+            keep every value (:mod:`dpsql.in_bounds`).
     """
 
     name: str
@@ -104,6 +108,7 @@ class Column:
     nullable: bool = False
     one_per_user: bool = False
     values_only: bool = False
+    in_bounds: bool = False
 
     @property
     def bounded(self) -> bool:
@@ -501,7 +506,14 @@ def _column(table: str, name: str, cdoc: Any) -> Column:
     if values_only and values is None:
         raise CatalogError(f"{where}: values_only says every row holds one of the column's "
                            "values: give them (values: [...])")
-    return Column(name, ctype, lower, upper, values, nullable, one_per_user, values_only)
+    in_bounds = cdoc.get("in_bounds", False)
+    if not isinstance(in_bounds, bool):
+        raise CatalogError(f"{where}: in_bounds must be true or false")
+    if in_bounds and (lower is None or ctype not in NUMERIC_TYPES):
+        raise CatalogError(f"{where}: in_bounds says every value lies within the column's "
+                           "bounds: give them (lower: ..., upper: ...) on a number column")
+    return Column(name, ctype, lower, upper, values, nullable, one_per_user, values_only,
+                  in_bounds)
 
 
 def _domain_value(value: Any, ctype: str, where: str) -> Any:

@@ -266,9 +266,9 @@ def catalog() -> None:
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--database", "-d", default=None,
               help="Also check the catalog against this database (a DuckDB file or a URL): "
-                   "tables, columns, types, user keys (the schema), and one_per_user "
-                   "and values_only columns (a count over their table, where the data "
-                   "cannot change).")
+                   "tables, columns, types, user keys (the schema), and one_per_user, "
+                   "values_only and in_bounds columns (a count over their table, where "
+                   "the data cannot change).")
 def catalog_validate(path, database) -> None:
     """Check a catalog file and summarise its tables (and, with -d, match a database)."""
     try:
@@ -335,27 +335,31 @@ def check_against_database(cat, catalog_file, database) -> list[str]:
     return problems
 
 
-#: Per declaration: what holds, what a false one means, what stays.
+#: Per declaration: what holds, what a false one means, what stays, and where.
 _DECLARED = (
     ("one_per_user", "one value per user", "some user has two values",
-     "the max_groups window"),
+     "the max_groups window", "queries grouped by them"),
     ("values_only", "only the declared values", "some row holds another value",
-     "the domain filter"),
+     "the domain filter", "queries grouped by them"),
+    ("in_bounds", "every value within its bounds", "some value lies outside",
+     "the clamp", "sums of them"),
 )
 
 
 def declared_lines(cat, database) -> tuple[list[str], list[str]]:
-    """Per table with ``one_per_user`` or ``values_only`` columns, what the data says of
-    them (:func:`dpsql.one_per_user.check_declared`,
-    :func:`dpsql.values_only.check_declared`): the owner's view, never an analyst's;
-    the lines that say a declaration is false come second."""
-    from dpsql import one_per_user, values_only
+    """Per table with ``one_per_user``, ``values_only`` or ``in_bounds`` columns, what
+    the data says of them (:func:`dpsql.one_per_user.check_declared`,
+    :func:`dpsql.values_only.check_declared`, :func:`dpsql.in_bounds.check_declared`):
+    the owner's view, never an analyst's; the lines that say a declaration is false come
+    second."""
+    from dpsql import in_bounds, one_per_user, values_only
 
     checks = {"one_per_user": one_per_user.check_declared,
-              "values_only": values_only.check_declared}
+              "values_only": values_only.check_declared,
+              "in_bounds": in_bounds.check_declared}
     lines, false = [], []
     with dpsql.connect(database, catalog=cat, budget=(1.0, 0.5), ledger=":memory:") as conn:
-        for option, holds, broke, kept in _DECLARED:
+        for option, holds, broke, kept, where in _DECLARED:
             check_declared = checks[option]
             for table in cat.tables.values():
                 if not any(getattr(c, option) for c in table.columns.values()):
@@ -371,7 +375,7 @@ def declared_lines(cat, database) -> tuple[list[str], list[str]]:
                     lines.append(f"{table.name}: {holds}, checked: {', '.join(held)}")
                 if broken:
                     false.append(f"{table.name}: declared {option} but {broke}: "
-                                 f"{', '.join(broken)} (queries grouped by them keep {kept})")
+                                 f"{', '.join(broken)} ({where} keep {kept})")
     return lines, false
 
 

@@ -108,8 +108,9 @@ class DecimalSum:
         return exp.Cast(this=exp.Literal.string(format(value, "f")), to=self.type())
 
     def value(self, arg: exp.Expression, keep_null: bool,
-              null_as_zero: bool = False) -> exp.Expression:
-        """The per-row value added up: ``arg`` as ``DECIMAL(P, s)``, clamped, centred.
+              null_as_zero: bool = False, clamped: bool = True) -> exp.Expression:
+        """The per-row value added up: ``arg`` as ``DECIMAL(P, s)``, clamped (unless the
+        data proves the clamp keeps every value: :mod:`dpsql.in_bounds`), centred.
 
         >>> d = DecimalSum(15, 2, Decimal("-1000"), Decimal("10000"), Decimal("4500"), True)
         >>> print(d.value(exp.column("bal"), keep_null=False).sql())
@@ -126,10 +127,10 @@ class DecimalSum:
             cast, keep_null = exp.Coalesce(this=cast, expressions=[self.literal(Decimal(0))]), \
                 False
         value: exp.Expression = cast
-        if self.lower is not None:
+        if clamped and self.lower is not None:
             value = exp.Greatest(this=value, expressions=[self.literal(self.lower)],
                                  ignore_nulls=True)
-        if self.upper is not None:
+        if clamped and self.upper is not None:
             value = exp.Least(this=value, expressions=[self.literal(self.upper)],
                               ignore_nulls=True)
         if keep_null and value is not cast:

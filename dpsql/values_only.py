@@ -49,22 +49,12 @@ declaration, the columns whose check could show in it are the ones the owner nam
 
 from __future__ import annotations
 
-import logging
-import weakref
-
 from sqlglot import exp
 
 from dpsql.analyze.domains import column_values
 from dpsql.analyze.plan import GroupKey, Plan
-from dpsql.errors import QueryCancelled
-from dpsql.public_keys import rows_outside
+from dpsql.frozen_facts import every_row
 from dpsql.rewrite.restrict_domains import domain_condition
-
-log = logging.getLogger("dpsql.owner")
-
-#: Per backend, (table, column, condition) -> proven; the data behind a frozen backend
-#: never changes, and a check that failed or could not run is not run again.
-_proven: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def keys_in_domain(plan: Plan, backend) -> frozenset[int]:
@@ -151,23 +141,7 @@ def _table(name: str) -> exp.Table:
 
 
 def _prove(backend, table: str, column: str, condition: exp.Expression) -> bool:
-    """Whether no row of ``table`` fails ``condition``, from the backend's memory or one
-    count now (module docstring)."""
-    known = _proven.setdefault(backend, {})
-    fact_key = (table, column, condition.sql())
-    if fact_key in known:
-        return known[fact_key]
-    try:
-        count = backend.frozen_count(rows_outside(table, condition))
-    except QueryCancelled:  # Ctrl-C or a cancel before the charge: the query stops
-        raise
-    except Exception:  # noqa: BLE001 - a choice of speed: the filter is always sound
-        # remembered: a failed check would cost as much again before every charge
-        log.warning("values_only: the check of %s.%s failed; its domain filter stays",
-                    table, column, exc_info=True)
-        count = None
-    fact = known[fact_key] = count == 0
-    if count is not None and count > 0:
-        log.warning("values_only: %s.%s holds %s row(s) outside its declared values; "
-                    "queries grouped by it keep the domain filter", table, column, count)
-    return fact
+    """Whether no row of ``table`` fails ``condition`` (:mod:`dpsql.frozen_facts`)."""
+    return every_row(backend, table, [condition],
+                     [f"values_only: {table}.{column} in its declared values"],
+                     "the domain filter of queries grouped by it")[0]

@@ -61,14 +61,16 @@ class Sum(StatisticRule):
         if stat.decimal is not None:
             # clamped and centred in one DECIMAL type from the start (dpsql.decimal_sums)
             return exp.Sum(this=stat.decimal.value(stat.arg.copy(), stat.nullable,
-                                                   null_as_zero(self, stat)))
+                                                   null_as_zero(self, stat),
+                                                   clamped=not stat.in_bounds))
         return exp.Sum(this=self.value(stat, stat.arg.copy()))
 
     def clamp(self, stat, aggregate):
         """Clamps the summed per-row value into the statistic's bounds, unless every
-        value it can take already lies inside them (:func:`literal_values_within`), or
+        value it can take already lies inside them (:func:`literal_values_within`, or
+        the data's proof: :attr:`~dpsql.analyze.plan.Statistic.in_bounds`), or
         :meth:`aggregate` wrote it clamped (a DECIMAL sum)."""
-        if not isinstance(aggregate, exp.Sum) or stat.decimal is not None:
+        if not isinstance(aggregate, exp.Sum) or stat.decimal is not None or stat.in_bounds:
             return
         arg = self.argument(stat, aggregate)
         if literal_values_within(arg, stat.interval.lower, stat.interval.upper):

@@ -28,6 +28,11 @@ def _storable(text: str) -> str:
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text.replace("\x00", "\\x00")
 
+#: The records' one JSON encoding (compact, ASCII): built once, as ``json.dumps`` with
+#: these arguments would build it per call (a third of a charge's time went there).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
+
+
 class _Mac:
     """SHA-256 of a record bound to the ledger's id; HMAC-SHA256 with the owner's key."""
 
@@ -36,7 +41,7 @@ class _Mac:
         self.key = key
 
     def __call__(self, *parts: Any) -> str:
-        msg = self.prefix + json.dumps(parts, separators=(",", ":"), ensure_ascii=True).encode()
+        msg = self.prefix + _ENCODE(parts).encode()
         if self.key is not None:
             return hmac.new(self.key, msg, hashlib.sha256).hexdigest()
         return hashlib.sha256(msg).hexdigest()

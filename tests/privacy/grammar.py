@@ -60,6 +60,9 @@ class Col:
     #: declared values_only (dpsql.values_only): every row of D holds one of the values;
     #: the attacker's rows keep it true or break it
     values_only: bool = False
+    #: declared in_bounds (dpsql.in_bounds): every value of D lies within the bounds;
+    #: the attacker's rows keep it true or break it
+    in_bounds: bool = False
 
     @property
     def kind(self) -> str:
@@ -89,6 +92,8 @@ class Col:
             out["one_per_user"] = True
         if self.values_only and self.values is not None:
             out["values_only"] = True
+        if self.in_bounds and self.bounded:
+            out["in_bounds"] = True
         return out
 
     def ddl(self) -> str:
@@ -227,12 +232,13 @@ def worlds(draw) -> Generated:
             uid,
             Col("region", "INTEGER", values=draw(st.sampled_from([None, (1, 2, 3)])),
                 nullable=draw(st.booleans()), per_user=per, values_only=draw(st.booleans())),
-            Col("age", age_type, lo, hi, nullable=draw(st.booleans())),
+            Col("age", age_type, lo, hi, nullable=draw(st.booleans()),
+                in_bounds=draw(st.booleans())),
             text_col("name", ("a", "b", "c")),
             Col("born", "DATE", "2000-01-01", "2000-12-31", per_user=per),
             Col("score", draw(st.sampled_from(["DOUBLE", "DECIMAL(6,2)"])),
                 *draw(st.sampled_from([(0, 10), (-5, 5)])),
-                nullable=draw(st.booleans())),
+                nullable=draw(st.booleans()), in_bounds=draw(st.booleans())),
         ], user_key="uid", max_groups=g, max_rows=r)
     if "visits" in names:
         g, r = groups_rows()
@@ -244,7 +250,7 @@ def worlds(draw) -> Generated:
             Col("place", "INTEGER", values=draw(st.sampled_from([None, (1, 2, 3, 4)])),
                 per_user=per, values_only=draw(st.booleans())),
             Col("amount", draw(st.sampled_from(["DOUBLE", "DECIMAL(12,2)"])), 0, 100,
-                nullable=draw(st.booleans())),
+                nullable=draw(st.booleans()), in_bounds=draw(st.booleans())),
             text_col("cat", ("x", "y")),
         ], user_key="uid", max_groups=g, max_rows=r)
     if "orders" in names:
@@ -254,17 +260,20 @@ def worlds(draw) -> Generated:
             Col("oid", "INTEGER", constraint=draw(st.sampled_from(
                 ["PRIMARY KEY", "PRIMARY KEY", "UNIQUE", ""]))),
             key_col(),
-            Col("total", draw(st.sampled_from(["DOUBLE", "DECIMAL(15,2)"])), 0, 1000),
+            Col("total", draw(st.sampled_from(["DOUBLE", "DECIMAL(15,2)"])), 0, 1000,
+                in_bounds=draw(st.booleans())),
             Col("status", "VARCHAR", values=("F", "O", "P")),
-            Col("qty", qty_type, 0, 50),
+            Col("qty", qty_type, 0, 50, in_bounds=draw(st.booleans())),
         ], user_key="uid", max_groups=g, max_rows=r)
     if "items" in names:
         g, r = groups_rows()
         tables["items"] = TableMeta("items", "path", [
             Col("iid", "INTEGER"),
             Col("oid", "INTEGER"),
-            Col("qty", int_type(("TINYINT", "SMALLINT", "BIGINT")), 0, 20),
-            Col("price", draw(st.sampled_from(["DOUBLE", "DECIMAL(9,2)"])), 0, 100),
+            Col("qty", int_type(("TINYINT", "SMALLINT", "BIGINT")), 0, 20,
+                in_bounds=draw(st.booleans())),
+            Col("price", draw(st.sampled_from(["DOUBLE", "DECIMAL(9,2)"])), 0, 100,
+                in_bounds=draw(st.booleans())),
             Col("flag", "VARCHAR", values=("A", "N", "R")),
         ], max_groups=g, max_rows=r, path=[
             {"column": "oid", "references": "orders.oid"},
@@ -275,10 +284,11 @@ def worlds(draw) -> Generated:
         tables["events"] = TableMeta("events", "row", [
             Col("eid", "INTEGER"),
             text_col("kind", ("k", "m")),
-            Col("val", val_type, lo, hi),
+            Col("val", val_type, lo, hi, in_bounds=draw(st.booleans())),
             Col("region", "INTEGER", values=draw(st.sampled_from([None, (1, 2, 3)]))),
             Col("place", "INTEGER"),
-            Col("w", draw(st.sampled_from(["DOUBLE", "DECIMAL(4,3)"])), 0, 1),
+            Col("w", draw(st.sampled_from(["DOUBLE", "DECIMAL(4,3)"])), 0, 1,
+                in_bounds=draw(st.booleans())),
         ], max_groups=draw(st.sampled_from([1, 2])), max_rows=1)
     if "places" in publics:
         tables["places"] = TableMeta("places", "public", [

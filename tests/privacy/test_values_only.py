@@ -156,7 +156,7 @@ def test_a_failing_check_keeps_the_filter(tmp_path, no_noise, ran, monkeypatch):
     def fail(self, query):
         raise RuntimeError("disk gone")
 
-    monkeypatch.setattr(DuckDBBackend, "frozen_count", fail)
+    monkeypatch.setattr(DuckDBBackend, "frozen_row", fail)
     counts, _, _ = _answer(_file(tmp_path, outside=0))
     assert FILTER in ran[-1] and counts == {"A": USERS, "B": USERS}
 
@@ -165,7 +165,7 @@ def test_a_cancel_during_the_check_stops_the_query_uncharged(tmp_path, monkeypat
     def cancel(self, query):
         raise QueryCancelled()
 
-    monkeypatch.setattr(DuckDBBackend, "frozen_count", cancel)
+    monkeypatch.setattr(DuckDBBackend, "frozen_row", cancel)
     conn = dpsql.connect(_file(tmp_path, outside=0), catalog=_catalog(), budget=(100, 1e-5),
                          ledger=":memory:")
     with pytest.raises(QueryCancelled):

@@ -1,0 +1,86 @@
+"""Conditions every row of a table meets, counted on data that cannot change, and
+remembered per backend.
+
+The declarations the owner makes beside a column (``values_only``: :mod:`dpsql.values_only`;
+``in_bounds``: :mod:`dpsql.in_bounds`) let the rewrite leave out a step that would keep
+every row as it is. dpsql does not take the owner's word for it: each such fact is a
+condition over one table's own columns, and it holds when no row of the table fails it.
+
+* **One count.** The rows failing each condition are counted in one query over the
+  table (``COUNT(CASE WHEN COALESCE(cond, FALSE) THEN NULL ELSE 1 END)`` per
+  condition): the engine's own comparison decides, as the step would, and NULL counts
+  as failing.
+* **Only on frozen data** (:meth:`~dpsql.backends.base.Backend.frozen_row`): a DuckDB
+  file dpsql opened read-only or its own ``:memory:``, and base tables only (a view, or
+  a table with a generated column, is computed afresh by every statement). Elsewhere
+  nothing is proven and every step stays.
+* **Remembered per backend**, since the data behind it cannot change; a count that
+  failed (an error, a cancel is not one) is remembered as "not proven", or it would cost
+  as much again before every charge. A false declaration goes to the owner's log.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+
+from sqlglot import exp
+
+from dpsql.errors import QueryCancelled
+
+log = logging.getLogger("dpsql.owner")
+
+#: Per backend, (table, condition's SQL) -> whether every row meets it.
+_known: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def every_row(backend, table: str, conditions: list[exp.Expression], labels: list[str],
+              kept: str) -> list[bool]:
+    """Whether each condition holds on every row of ``table`` (module docstring): from
+    the backend's memory, or counted now, in one query for those not known yet.
+
+    Args:
+        labels: what each condition says, for the owner's log (``"people.seg in its
+            values"``).
+        kept: what stays where a condition fails (``"the domain filter"``).
+    """
+    known = _known.setdefault(backend, {})
+    keys = [(table, c.sql()) for c in conditions]
+    missing = {}
+    for key, condition, label in zip(keys, conditions, labels, strict=True):
+        if key not in known:
+            missing.setdefault(key, (condition, label))
+    if missing:
+        counts = _count(backend, table, [c for c, _ in missing.values()], kept)
+        for (key, (_, label)), count in zip(missing.items(), counts, strict=True):
+            known[key] = count == 0
+            if count is not None and count > 0:
+                log.warning("%s: %s row(s) do not hold; queries keep %s", label, count,
+                            kept)
+    return [known[key] for key in keys]
+
+
+def _count(backend, table: str, conditions: list[exp.Expression], kept: str) -> list:
+    try:
+        row = backend.frozen_row(failing(table, conditions))
+    except QueryCancelled:  # Ctrl-C or a cancel before the charge: the query stops
+        raise
+    except Exception:  # noqa: BLE001 - a choice of speed: the step is always sound
+        log.warning("the check of %s failed; queries keep %s", table, kept, exc_info=True)
+        row = None
+    if row is None:
+        return [None] * len(conditions)
+    return [int(n) for n in row]
+
+
+def failing(table: str, conditions: list[exp.Expression]) -> exp.Select:
+    """One row: per condition, how many of ``table``'s rows fail it (NULL fails, as WHERE
+    drops it); the table's name quoted, never read as a function.
+
+    >>> print(failing("t", [exp.condition("k IN (1, 2)")]).sql())
+    SELECT COUNT(CASE WHEN COALESCE(k IN (1, 2), FALSE) THEN NULL ELSE 1 END) AS n0 FROM "t"
+    """
+    counts = [exp.alias_(exp.Count(this=exp.Case(
+        ifs=[exp.If(this=exp.func("COALESCE", c.copy(), exp.false()), true=exp.Null())],
+        default=exp.Literal.number(1))), f"n{i}") for i, c in enumerate(conditions)]
+    return exp.select(*counts).from_(exp.Table(this=exp.to_identifier(table, quoted=True)))
