@@ -8,6 +8,7 @@ the one admission rule, read-only and full disks, locks, and Ctrl-C around the c
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing as mp
 import os
@@ -865,6 +866,40 @@ def test_an_older_budget_row_put_back_is_caught(tmp_path, monkeypatch):
         led.charge("d", "carol", Cost(0.75), "q")
     with pytest.raises(LedgerError, match="head record"):
         Ledger(path)
+
+
+def test_an_older_total_this_connection_wrote_put_back_is_caught(tmp_path, monkeypatch):
+    # the connection remembers the rows it wrote as checked (their MACs are its own):
+    # an older one of them put back passes its MAC, and the head record catches it
+    path = tmp_path / "l.sqlite"
+    led = _keyed(monkeypatch, path, n=1)
+    con = sqlite3.connect(path)
+    old = con.execute("SELECT * FROM totals WHERE analyst = 'alice'").fetchone()
+    con.close()
+    led.charge("d", "alice", Cost(3.0), "q")
+    flip(path, "DELETE FROM totals WHERE analyst = 'alice'")
+    flip(path, "INSERT INTO totals VALUES (?, ?, ?, ?, ?, ?, ?, ?)", old)
+    with pytest.raises(LedgerError, match="running total of 'd'/'alice' does not match"):
+        led.charge("d", "alice", Cost(3.0), "q")
+
+
+def test_a_head_record_this_connection_wrote_is_read_back_unparsed_and_still_checked(
+        tmp_path, monkeypatch):
+    path = tmp_path / "l.sqlite"
+    led = charged_ledger(path)
+    parsed = []
+    monkeypatch.setattr(led, "_parse_head", lambda raw: parsed.append(raw) or
+                        type(led)._parse_head(led, raw))
+    led.charge("d", "alice", Cost(0.1), "q")
+    assert parsed == []  # the text it wrote itself
+    con = sqlite3.connect(path)
+    doc = json.loads(con.execute("SELECT value FROM meta WHERE key = 'head'").fetchone()[0])
+    con.close()
+    doc["seq"] += 1  # another text: parsed, and its MAC no longer holds
+    flip(path, "UPDATE meta SET value = ? WHERE key = 'head'", (json.dumps(doc),))
+    with pytest.raises(LedgerError, match="head record is missing or was altered"):
+        led.charge("d", "alice", Cost(0.1), "q")
+    assert len(parsed) == 1
 
 
 def test_a_whole_older_state_put_back_under_an_open_connection_is_caught(tmp_path,

@@ -36,8 +36,10 @@ class Budgets:
             self._match_head(_hk("b", dataset, analyst), None,
                              f"the budget of {dataset!r}/{analyst!r}")
             return None
-        total = self._check_budget_row(row)
-        return total, row[4]
+        self._checked_once(repr(tuple(row)), lambda: self._check_budget_row(row, head=False))
+        self._match_head(_hk("b", dataset, analyst), _tag(row[-1]),
+                         f"the budget of {dataset!r}/{analyst!r}")
+        return (row[2], row[3]), row[4]
 
     def _write_budget(self, db, dataset, analyst, total, accountant, source,
                       replace: bool) -> None:

@@ -147,6 +147,21 @@ class Chain:
             raise LedgerError(f"ledger {self.path!r}: the running totals of {bad[:3]} do not "
                               "match its entries (corrupted or altered)")
 
+    def _checked_once(self, text: str, check) -> None:
+        """Runs ``check()`` (a row's value and MAC checks) unless a row of exactly this
+        text (``repr`` of its fields: 1, 1.0, True and -0.0 apart) passed it on this
+        connection, or was written by it; what a check compares with the ledger's state
+        now (the head record) is never skipped, and is not ``check``'s."""
+        if text in self._verified:
+            return
+        check()
+        self._remember_checked(text)
+
+    def _remember_checked(self, text: str) -> None:
+        if len(self._verified) >= 4096:  # rows of analysts long gone
+            self._verified.clear()
+        self._verified.add(text)
+
     def _check_totals_row(self, ds: str, an: str, vals: tuple, mac: str) -> None:
         if not all(isinstance(x, float) and math.isfinite(x) and x >= 0 for x in vals[:4]) \
                 or not isinstance(vals[4], int) or vals[4] < 0:
@@ -202,6 +217,30 @@ class Chain:
         the one it names. One row and one index lookup."""
         raw = self._s.execute(f"SELECT value FROM {self._p}meta WHERE key = 'head'"
                               ).fetchone()
+        memo = self._head_memo
+        if raw is not None and memo is not None and raw[0] == memo[0]:
+            # the very text this connection checked (or wrote) before: the same MAC
+            # over the same fields, so the same verdict (the seq and tail checks below
+            # still run: they compare it with the ledger's state now)
+            _, seq, last_id, last_hash, rows = memo
+            rows = dict(rows)
+        else:
+            seq, last_id, last_hash, rows = self._parse_head(raw)
+            self._head_memo = (raw[0], seq, last_id, last_hash, dict(rows))
+        if seq < self._seen:
+            raise LedgerError(f"ledger {self.path!r} was rewound to an older state while this "
+                              "connection had it open; refusing to charge")
+        tail = self._s.execute(f"SELECT id, hash FROM {self._p}entries ORDER BY id DESC "
+                               "LIMIT 1").fetchone()
+        actual = (0, self._mac("genesis")) if tail is None else tuple(tail)
+        if actual != (last_id, last_hash):
+            raise LedgerError(f"ledger {self.path!r}: its newest entry does not match its head "
+                              "record: entries were removed, rewound or added")
+        self._head = {"seq": seq, "id": last_id, "hash": last_hash, "rows": rows}
+        self._head_dirty = False
+
+    def _parse_head(self, raw) -> tuple[int, int, str, dict]:
+        """The head record's (seq, last id, last hash, rows), its MAC checked."""
         try:
             doc = json.loads(raw[0])
             seq, last_id, last_hash = int(doc["seq"]), int(doc["id"]), str(doc["hash"])
@@ -214,17 +253,7 @@ class Chain:
         if not ok:
             raise LedgerError(f"ledger {self.path!r}: its head record is missing or was "
                               "altered")
-        if seq < self._seen:
-            raise LedgerError(f"ledger {self.path!r} was rewound to an older state while this "
-                              "connection had it open; refusing to charge")
-        tail = self._s.execute(f"SELECT id, hash FROM {self._p}entries ORDER BY id DESC "
-                               "LIMIT 1").fetchone()
-        actual = (0, self._mac("genesis")) if tail is None else tuple(tail)
-        if actual != (last_id, last_hash):
-            raise LedgerError(f"ledger {self.path!r}: its newest entry does not match its head "
-                              "record: entries were removed, rewound or added")
-        self._head = {"seq": seq, "id": last_id, "hash": last_hash, "rows": rows}
-        self._head_dirty = False
+        return seq, last_id, last_hash, rows
 
     def _match_head(self, key: str, value: Any, what: str) -> None:
         if self._head["rows"].get(key) != value:
@@ -238,8 +267,11 @@ class Chain:
     def _write_head(self, db) -> None:
         h = self._head
         h["seq"] += 1
-        db.execute(f"UPDATE {self._p}meta SET value = ? WHERE key = 'head'",
-                   (_head_doc(self._mac, h["seq"], h["id"], h["hash"], h["rows"]),))
+        doc = _head_doc(self._mac, h["seq"], h["id"], h["hash"], h["rows"])
+        db.execute(f"UPDATE {self._p}meta SET value = ? WHERE key = 'head'", (doc,))
+        # the record this connection signed: read back as this text, it needs no check
+        # (committed or not: the memo is of the text, not of the ledger's state)
+        self._head_memo = (doc, h["seq"], h["id"], h["hash"], dict(h["rows"]))
 
     def _check_budget_row(self, row, head: bool = True) -> tuple[float, float]:
         ds, an, e, d, acc, src, mac = row

@@ -72,7 +72,8 @@ class Charging:
         if row is None:
             self._match_head(key, None, f"the running total of {dataset!r}/{analyst!r}")
             return None
-        self._check_totals_row(dataset, analyst, tuple(row[:5]), row[5])
+        self._checked_once(repr((dataset, analyst, *row)), lambda: self._check_totals_row(
+            dataset, analyst, tuple(row[:5]), row[5]))
         self._match_head(key, _tag(row[5]), f"the running total of {dataset!r}/{analyst!r}")
         return tuple(row[:5])
 
@@ -97,6 +98,7 @@ class Charging:
             db.execute(f"UPDATE {self._p}totals SET epsilon = ?, delta = ?, rho = ?, "
                        "rho_delta = ?, n = ?, mac = ? WHERE dataset = ? AND analyst = ?",
                        (*new, mac, dataset, analyst))
+        self._remember_checked(repr((dataset, analyst, *new, mac)))
         self._head_set(_hk("t", dataset, analyst), _tag(mac))
 
     def _append(self, db, dataset: str, analyst: str, kind: str, parts: tuple, sql: str,

@@ -53,6 +53,13 @@ class LedgerBase:
         self._seen = -1  # the newest head (its seq) this connection has seen committed
         self._head: dict = {}
         self._head_dirty = False
+        # the last head record read or written, as text and parsed: the same text is the
+        # same record, checked once (chain.Chain._load_head)
+        self._head_memo: tuple | None = None
+        # rows of budgets and running totals (their text, with their data set and
+        # analyst) whose MAC this connection computed or checked: the same text passes
+        # the same check (chain.Chain._checked_once)
+        self._verified: set[str] = set()
         # outcomes waiting for a transaction, and the hashes of this connection's recent
         # charges, which their outcomes name their entries by (dpsql.ledger.outcomes)
         self._pending = Pending()
