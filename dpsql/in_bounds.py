@@ -1,5 +1,5 @@
-"""Values the owner says lie within their bounds, checked on the data: the clamp of a
-summed value is left out where it would keep every value as it is.
+"""Columns the owner says hold only values within their bounds, checked on the data: the
+clamp of a sum of such a column is left out where it would keep every value as it is.
 
 A sum clamps each row's value into the bounds its sensitivity was derived from
 (:mod:`dpsql.rewrite.clamp_values`, :mod:`dpsql.decimal_sums`). On a table whose values
@@ -9,39 +9,40 @@ sf 0.1 and 0.5 of 1.7 ms at sf 1, against a plain query of 0.64 and 1.09 ms. The
 says so in the catalog (``in_bounds: true`` beside ``lower`` and ``upper``); dpsql does
 not take the owner's word for it:
 
-* **The check.** Before the charge, one query over the table counts the rows on which
-  the clamped value and the value without the clamp differ (``IS DISTINCT FROM``), both
-  built by the statistic's own rule exactly as the rewrite writes them
-  (:func:`summands`), centre and casts included, over the table's own columns
-  (:mod:`dpsql.frozen_facts`: frozen data, base tables, remembered per backend). A
-  value the clamp would move, a NULL it would turn into a bound, a NaN, an error: each
-  fails the check, and the clamp stays. The statistic is *proven* when the count is 0.
-* **Which sums.** A ``sum`` statistic (SUM, and AVG's centred sum; not VARIANCE's
-  squares) whose per-row value reads only columns declared ``in_bounds``, all of one
-  source: a private or public catalog table read as the FROM table or an INNER join,
-  never a derived table, a hidden path join or a null-supplied side. And a value built
-  only from columns, literals, casts and arithmetic (:data:`_PURE`): a function of the
-  row's own values, the same in the check and in any query, with no clock, no
-  randomness, no subquery.
+* **The check: the owner's fact, never the analyst's expression.** Before the charge,
+  one query over the table counts, for every ``in_bounds`` column of it at once, the
+  rows outside ``[lower, upper]`` (:func:`_within`: the engine's own ``BETWEEN``; NULL
+  counts as outside unless the column is ``nullable``; a NaN is outside), on frozen data
+  only (:mod:`dpsql.frozen_facts`: base tables, remembered per backend). A column is
+  *proven* when its count is 0. What is counted depends on the catalog alone, so the
+  time of a query can tell no more than whether the owner's declaration holds (an attack
+  review timed the first version, which counted the rows on which the analyst's own
+  summand changed under its clamp: ``SUM(CASE WHEN income = g THEN NULL ELSE age END)``
+  lost its clamp exactly when no row held ``g``, an existence oracle at almost no ε).
+* **Which sums.** A ``sum`` statistic (SUM, and AVG's centred sum; not VARIANCE's squares)
+  whose per-row value is a bare proven column of a private or public catalog table read
+  as the FROM table or an INNER join (never a derived table, a hidden path join or a
+  null-supplied side), whose clamp interval holds the column's bounds (an interval the
+  query narrowed keeps its clamp), and whose clamp keeps a NULL as NULL where the column
+  may hold one (:attr:`~dpsql.analyze.plan.Statistic.nullable`).
 
-So every row the query sums carries, in those columns, the values of one of the table's
-own rows, on which the check found the clamp to change nothing; the value is the same
-function of them, so the clamp changes no summand of the query either, and removing it
-changes no row: the per-user partials, their clamps (which stay, and still bound each
-user), the L0 step and the answer's size are those of the query with it.
+Why removing that clamp changes no summand: every row the query sums carries the value
+of one of the table's own rows, within ``[lower, upper]`` and so within the clamp's
+interval ``[L, U]``; the clamp is ``LEAST(GREATEST(v, L), U)`` over the value, or over
+``TRY_CAST(v AS DECIMAL(P, s))`` with ``L`` and ``U`` rounded outwards to ``s`` places
+(:mod:`dpsql.decimal_sums`: a widening cast, exact), which returns ``v`` itself; a NULL
+stays NULL under the clamp's NULL guard, or is read as 0 by the ``COALESCE`` that stays.
+So the per-user partials (whose clamps stay, and still bound each user), the L0 step
+and the answer's size are those of the query with it.
 
 **Nothing the analyst sees depends on the check**, as with :mod:`dpsql.values_only`:
 the plan keeps its statistics as they were (``in_bounds`` only on the plan that runs),
 so the noise, notes, ``Result.sql`` and ``explain()`` are those of the query with the
-clamp. A false declaration keeps the clamp and goes to the owner's log and ``dpsql
-catalog validate -d``. What is left is time, as there: dpsql's model does not cover it,
-and with the declaration the columns whose check could show in it are the ones the owner
-named.
+clamp. A false declaration keeps every clamp of the column and goes to the owner's log
+and ``dpsql catalog validate -d``.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 from sqlglot import exp
 
@@ -49,83 +50,49 @@ from dpsql.analyze.plan import Plan, Statistic
 from dpsql.frozen_facts import every_row
 from dpsql.sqlbuild import number
 
-#: The nodes a checked value may hold: the row's own columns, literals, casts and
-#: arithmetic, each a function of its operands alone (``TRY_CAST`` and DECIMAL casts are
-#: what the rewrite itself adds).
-_PURE = (exp.Column, exp.Identifier, exp.Literal, exp.Null, exp.Boolean, exp.Paren,
-         exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Cast, exp.TryCast, exp.DataType,
-         exp.DataTypeParam, exp.Coalesce, exp.Greatest, exp.Least, exp.Case, exp.If,
-         exp.Is, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.And, exp.Or, exp.Not)
-
 
 def stats_in_bounds(plan: Plan, backend) -> frozenset[str]:
     """The names of ``plan.stats`` whose clamp the data proves needless (module
-    docstring); checks, one query per table, what the backend has not checked yet."""
-    by_table: dict[str, list[tuple[str, exp.Expression, str]]] = {}
-    for stat in plan.stats:
-        table = _declared(plan, stat)
-        condition = table and same_summand(plan, stat)
-        if condition is not None:
-            by_table.setdefault(table, []).append(
-                (stat.name, condition, f"in_bounds: {stat.label} over {table}"))
+    docstring); checks each table's declared columns, once per backend."""
     out = set()
-    for table, items in by_table.items():
-        facts = every_row(backend, table, [c for _, c, _ in items], [w for _, _, w in items],
-                          "the clamp of that value")
-        out |= {name for (name, _, _), fact in zip(items, facts, strict=True) if fact}
+    for stat in plan.stats:
+        found = _declared(plan, stat)
+        if found is not None and _proven(backend, *found):
+            out.add(stat.name)
     return frozenset(out)
 
 
-def summands(plan: Plan, stat: Statistic) -> tuple[exp.Expression, exp.Expression]:
-    """The per-row value ``stat`` adds up, clamped and not, as its rule writes it.
-
-    >>> from dpsql.engine import _demo_plan
-    >>> plan = _demo_plan("SELECT SUM(income) FROM pums")
-    >>> [s.sql() for s in summands(plan, plan.stats[0])]
-    ['LEAST(GREATEST(income, 0), 500000)', 'income']
-    """
-    out = []
-    for one in (stat, replace(stat, in_bounds=True)):
-        aggregate = one.rule.aggregate(one, plan)
-        one.rule.clamp(one, aggregate)
-        out.append(aggregate.this)
-    return out[0], out[1]
+def _proven(backend, table, column) -> bool:
+    """Whether ``column``'s values all lie within its bounds: counted with every other
+    ``in_bounds`` column of ``table`` (one query, the same whatever the query asks)."""
+    return _facts(backend, table)[column.name]
 
 
-def same_summand(plan: Plan, stat: Statistic) -> exp.Expression | None:
-    """The condition that the clamp keeps a row's value (over the table's own columns,
-    quoted), or None where the rule writes no clamp to leave out."""
-    clamped, bare = summands(plan, stat)
-    if clamped == bare:
+def _declared(plan: Plan, stat: Statistic):
+    """(table, column) of a sum whose value is a bare ``in_bounds`` column read through
+    one FROM or INNER source, clamped to an interval that holds the column's bounds and
+    keeping its NULLs (module docstring); None otherwise."""
+    arg = stat.arg
+    if stat.kind != "sum" or stat.in_bounds or stat.interval is None \
+            or not isinstance(arg, exp.Column) or arg.args.get("db") or arg.args.get("catalog"):
         return None
-    condition = exp.NullSafeEQ(this=clamped, expression=bare)
-    return condition.transform(
-        lambda n: exp.column(n.name, quoted=True) if isinstance(n, exp.Column) else n)
-
-
-def _declared(plan: Plan, stat: Statistic) -> str | None:
-    """The table whose ``in_bounds`` columns are all a sum's value reads, through one
-    FROM or INNER source (module docstring); None where there is none."""
-    if stat.kind != "sum" or stat.in_bounds or stat.arg is None or stat.interval is None:
-        return None
-    if any(not isinstance(n, _PURE) for n in stat.arg.walk()):
-        return None
-    columns = list(stat.arg.find_all(exp.Column))
-    aliases = {c.table for c in columns}
-    if not columns or len(aliases) != 1 or any(c.args.get("db") or c.args.get("catalog")
-                                               for c in columns):
-        return None
-    alias = aliases.pop()
     # an unqualified name is the one source's only where there is one source
-    source = next((s for s in plan.scope.sources if s.alias == alias), None) if alias \
-        else plan.scope.sources[0] if plan.scope.single else None
+    source = next((s for s in plan.scope.sources if s.alias == arg.table), None) \
+        if arg.table else plan.scope.sources[0] if plan.scope.single else None
     if source is None or source.derived is not None or source.hidden \
             or source.kind not in ("from", "inner") or source.table.derived:
         return None
     table = source.table
-    if not all(table.has_column(c.name) and table.column(c.name).in_bounds for c in columns):
+    if not table.has_column(arg.name):
         return None
-    return table.name
+    column = table.column(arg.name)
+    if not column.in_bounds or column.lower is None or column.upper is None:
+        return None
+    if not (stat.interval.lower <= column.lower and column.upper <= stat.interval.upper):
+        return None
+    if column.nullable and not stat.nullable:
+        return None
+    return table, column
 
 
 def check_declared(backend, table) -> dict[str, bool] | None:
@@ -145,11 +112,19 @@ def check_declared(backend, table) -> dict[str, bool] | None:
     {'age': True, 'income': True}
     >>> backend.close()
     """
-    columns = [c for c in table.columns.values() if c.in_bounds]
+    if not any(c.in_bounds for c in table.columns.values()):
+        return None
     probe = exp.select(exp.Count(this=exp.Star())).from_(
         exp.Table(this=exp.to_identifier(table.name, quoted=True)))
-    if not columns or backend.frozen_row(probe) is None:
+    if backend.frozen_row(probe) is None:
         return None
+    return _facts(backend, table)
+
+
+def _facts(backend, table) -> dict[str, bool]:
+    """Each ``in_bounds`` column of ``table`` and whether its values lie within its
+    bounds (one count over the table for all of them, remembered per backend)."""
+    columns = [c for c in table.columns.values() if c.in_bounds]
     facts = every_row(backend, table.name, [_within(c) for c in columns],
                       [f"in_bounds: {table.name}.{c.name} within its bounds" for c in columns],
                       "the clamp of sums of that column")
