@@ -64,6 +64,7 @@ from sqlglot import exp
 
 from dpsql import types as sqltypes
 from dpsql.grid_units import choose_grids, fine_exponent, grid_of
+from dpsql.whole_sums import choose_whole, whole_candidates
 
 #: Most decimal places a DECIMAL sum is taken in (whole bounds up to 2^53, written as
 #: integer literals by :func:`dpsql.sqlbuild.number`, then still fit the DECIMAL(38, s)
@@ -283,20 +284,27 @@ def choose_decimals(plan, engine, summand_types: dict[str, str | None]) -> None:
 
 def choose_sums(plan, engine, backend) -> None:
     """How each statistic of ``plan`` is added up, recorded once, before the rewrite:
-    as DECIMALs (:func:`choose_decimals`, from the engine's types of the summands), then
-    in grid units (:func:`dpsql.grid_units.choose_grids`)."""
-    choose_decimals(plan, engine, summand_types(plan, backend, engine))
+    as DECIMALs (:func:`choose_decimals`, from the engine's types of the summands), a
+    user's partial of whole numbers as a BIGINT (:func:`dpsql.whole_sums.choose_whole`),
+    then in grid units (:func:`dpsql.grid_units.choose_grids`)."""
+    decimals = candidates(plan, engine)
+    wholes = whole_candidates(plan, engine)
+    types = summand_types(plan, backend, decimals if _reads_decimals(plan, backend) else [],
+                          wholes)
+    choose_decimals(plan, engine, types)
+    choose_whole(wholes, types)
     choose_grids(plan, engine)
 
 
-def summand_types(plan, backend, engine) -> dict[str, str | None]:
-    """The engine's type of each candidate statistic's summand (``arg``), bound over no
-    data by the backend's type probes (:meth:`~dpsql.backends.base.Backend.engine_types`);
-    empty when there is no candidate or no DECIMAL column in the tables read (no probe
-    then). Only the choice of :func:`decide` reads it, never its soundness, so a probe
-    that fails leaves every statistic on the binary grid."""
-    stats = candidates(plan, engine)
-    if not stats or not _reads_decimals(plan, backend):
+def summand_types(plan, backend, *groups: list) -> dict[str, str | None]:
+    """The engine's type of the summand (``arg``) of each statistic in ``groups``, bound
+    over no data by the backend's type probes, in one probe
+    (:meth:`~dpsql.backends.base.Backend.engine_types`); empty when there is none (no
+    probe then). Only the choices of :func:`decide` and
+    :func:`~dpsql.whole_sums.choose_whole` read it, never their soundness, so a probe
+    that fails leaves every statistic as it was (the binary grid)."""
+    stats = list({id(s): s for group in groups for s in group}.values())
+    if not stats:
         return {}
     select = exp.select(*(exp.alias_(s.arg.copy(), f"__a{i}") for i, s in enumerate(stats)))
     first, joins = plan.scope.from_clause()

@@ -90,7 +90,10 @@ class Sum(StatisticRule):
             # describe the same rows; it stays inside the clamp range
             total = scaled(total, self.argument(stat, aggregate), max_rows)
         # a user whose values are all NULL adds nothing: SUM is NULL, read as 0
-        return clamp(exp.Coalesce(this=total, expressions=[number(0)]), low, high)
+        partial = clamp(exp.Coalesce(this=total, expressions=[number(0)]), low, high)
+        if stat.whole:  # whole numbers inside a BIGINT, kept so (dpsql.whole_sums)
+            return exp.Cast(this=partial, to=exp.DataType.build("BIGINT"))
+        return partial
 
     def rescaled(self, stat) -> bool:
         """Whether a user's sum is scaled to R rows' worth: AVG's and VARIANCE's

@@ -50,6 +50,9 @@ class Statistic:
         decimal: how a sum of DECIMAL values is added exactly in the engine's own fixed
             point (:mod:`dpsql.decimal_sums`); None: as :attr:`grid` says. Set before the
             rewrite, with :attr:`grid`.
+        whole: a user's partial is written as a BIGINT (:mod:`dpsql.whole_sums`: its
+            summand is a whole number the engine adds exactly). Set before the rewrite,
+            with :attr:`decimal`.
         in_bounds: the data proves that the clamp of the per-row value keeps every value
             as it is (:mod:`dpsql.in_bounds`): the rewrite writes no clamp. Set only on
             the plan that runs, never on the one the answer comes from.
@@ -70,6 +73,7 @@ class Statistic:
     bins: Bins | None = None
     grid: int | None = None
     decimal: DecimalSum | None = None
+    whole: bool = False
     in_bounds: bool = False
 
     @property
