@@ -45,7 +45,9 @@ def every_row(backend, table: str, conditions: list[exp.Expression], labels: lis
         kept: what stays where a condition fails (``"the domain filter"``).
     """
     known = _known.setdefault(backend, {})
-    keys = [(table, c.sql()) for c in conditions]
+    # keyed by the text the engine runs (its own dialect's)
+    dialect = getattr(backend, "dialect", None)
+    keys = [(table, c.sql(dialect=dialect)) for c in conditions]
     missing = {}
     for key, condition, label in zip(keys, conditions, labels, strict=True):
         if key not in known:

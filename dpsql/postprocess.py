@@ -162,10 +162,13 @@ def postprocess(plan: Plan, noisy: NoisyGroups, alpha: float = 0.05) -> Answer:
 
 def _table(plan: Plan, data: dict[str, list], n: int) -> Callable[[], pa.Table]:
     """The released groups as the Arrow table DuckDB scans, built on first call."""
-    @functools.cache
+    built: list[pa.Table] = []  # not functools.cache: a decorator built per answer
+
     def table() -> pa.Table:
-        return pa.table({name: arrow_array(values) for name, values in data.items()}) \
-            if n else _empty_table(plan)
+        if not built:
+            built.append(pa.table({name: arrow_array(values) for name, values in data.items()})
+                         if n else _empty_table(plan))
+        return built[0]
     return table
 
 
