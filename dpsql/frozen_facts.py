@@ -62,6 +62,13 @@ def every_row(backend, table: str, conditions: list[exp.Expression], labels: lis
     return [known[key] for key in keys]
 
 
+def frozen(backend, table: str) -> bool:
+    """Whether ``table``'s data cannot change under ``backend`` (a count over it is read;
+    :meth:`~dpsql.backends.base.Backend.frozen_row`), so that its facts can be checked."""
+    return backend.frozen_row(exp.select(exp.Count(this=exp.Star())).from_(
+        exp.Table(this=exp.to_identifier(table, quoted=True)))) is not None
+
+
 def _count(backend, table: str, conditions: list[exp.Expression], kept: str) -> list:
     try:
         row = backend.frozen_row(failing(table, conditions))

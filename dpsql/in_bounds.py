@@ -44,10 +44,16 @@ and ``dpsql catalog validate -d``.
 
 from __future__ import annotations
 
+import math
+from decimal import Decimal
+from fractions import Fraction
+
 from sqlglot import exp
 
+from dpsql import types as sqltypes
 from dpsql.analyze.plan import Plan, Statistic
-from dpsql.frozen_facts import every_row
+from dpsql.decimal_sums import shortest
+from dpsql.frozen_facts import every_row, frozen
 from dpsql.sqlbuild import number
 
 
@@ -112,30 +118,97 @@ def check_declared(backend, table) -> dict[str, bool] | None:
     {'age': True, 'income': True}
     >>> backend.close()
     """
-    if not any(c.in_bounds for c in table.columns.values()):
-        return None
-    probe = exp.select(exp.Count(this=exp.Star())).from_(
-        exp.Table(this=exp.to_identifier(table.name, quoted=True)))
-    if backend.frozen_row(probe) is None:
+    if not any(c.in_bounds for c in table.columns.values()) \
+            or not frozen(backend, table.name):
         return None
     return _facts(backend, table)
 
 
 def _facts(backend, table) -> dict[str, bool]:
     """Each ``in_bounds`` column of ``table`` and whether its values lie within its
-    bounds (one count over the table for all of them, remembered per backend)."""
+    bounds (one count over the table for all of them, remembered per backend); a column
+    whose type the check cannot compare exactly is not proven."""
+    types = backend.columns(table.name) or {}
     columns = [c for c in table.columns.values() if c.in_bounds]
-    facts = every_row(backend, table.name, [_within(c) for c in columns],
-                      [f"in_bounds: {table.name}.{c.name} within its bounds" for c in columns],
-                      "the clamp of sums of that column")
-    return {c.name: fact for c, fact in zip(columns, facts, strict=True)}
+    checked = [(c, _within(c, types.get(c.name))) for c in columns]
+    checked = [(c, cond) for c, cond in checked if cond is not None]
+    facts = every_row(backend, table.name, [cond for _, cond in checked],
+                      [f"in_bounds: {table.name}.{c.name} within its bounds"
+                       for c, _ in checked], "the clamp of sums of that column")
+    proven = {c.name: fact for (c, _), fact in zip(checked, facts, strict=True)}
+    return {c.name: proven.get(c.name, False) for c in columns}
 
 
-def _within(column) -> exp.Expression:
-    """``c BETWEEN lower AND upper`` over the table's own column (NULL inside only where
-    the column is nullable)."""
+def _within(column, db_type: str | None) -> exp.Expression | None:
+    """The column's values within its bounds, compared exactly in the column's own type
+    (NULL inside only where the column is nullable); None for a type it cannot compare.
+
+    * A DECIMAL(p, t) or an integer: its values are whole multiples of ``10^-t``, so
+      ``v >= L`` is ``v >= ceil_t(L)`` and ``v <= U`` is ``v <= floor_t(U)``, with ``L`` and
+      ``U`` the bounds' shortest decimal text (the values the clamps start from:
+      :func:`dpsql.decimal_sums.shortest`), written in at most ``t`` places and ``p - t``
+      digits, so the engine compares in the column's own type, exactly. (Against a
+      DOUBLE literal it compared in DOUBLE, and a DECIMAL half an ulp past the bound
+      passed, then summed whole on the exact DECIMAL path: attack review. A literal of
+      more places than the column's is rounded to them in DuckDB.) A bound the type
+      cannot reach is left out.
+    * A DOUBLE or a REAL: compared with the bound's float literal, in DOUBLE, as the
+      clamp compares it (:func:`dpsql.sqlbuild.number`).
+
+    >>> from dpsql.catalog import Column
+    >>> print(_within(Column("v", "float", 0.05, 9999.999), "DECIMAL(6,2)").sql())
+    "v" >= 0.05 AND "v" <= 9999.99
+    >>> print(_within(Column("v", "float", 0.5, 1e300), "DOUBLE").sql())
+    "v" BETWEEN 0.5e0 AND 1e+300
+    """
     name = exp.column(column.name, quoted=True)
-    inside = exp.Between(this=name, low=number(column.lower), high=number(column.upper))
+    parsed = sqltypes.parse(db_type) if db_type else None
+    if parsed is None or parsed.array:
+        return None
+    if parsed.base in sqltypes.FLOAT_NAMES:
+        inside = exp.Between(this=name, low=number(column.lower), high=number(column.upper))
+    elif parsed.base in sqltypes.DECIMAL_NAMES | sqltypes.INTEGER_NAMES:
+        if parsed.base in sqltypes.DECIMAL_NAMES:
+            try:
+                p, t = (int(x) for x in parsed.params)
+            except ValueError:
+                return None
+            largest = Decimal(10) ** (p - t)
+        else:
+            t, largest = 0, Decimal(2) ** _INTEGER_BITS.get(parsed.base, 128)
+        low = _on_grid(column.lower, t, math.ceil)
+        high = _on_grid(column.upper, t, math.floor)
+        sides = []
+        for bound, side in ((low, exp.GTE), (high, exp.LTE)):
+            if abs(bound) >= largest and (bound < 0) == (side is exp.GTE):
+                continue  # no value of the type lies beyond it
+            if len(format(abs(bound), "f").replace(".", "")) > 38:
+                return None  # a literal of more digits would be a DOUBLE
+            sides.append(side(this=name.copy(), expression=_literal(bound)))
+        inside = exp.and_(*sides) if sides else exp.true()
+        if low > high:
+            inside = exp.false()
+    else:
+        return None
     if not column.nullable:
         return inside
     return exp.func("COALESCE", inside, exp.Is(this=name.copy(), expression=exp.Null()))
+
+
+#: Bits of each integer type's range, sign included (``2^bits`` past its largest value).
+_INTEGER_BITS = {"TINYINT": 7, "SMALLINT": 15, "INTEGER": 31, "INT": 31, "BIGINT": 63,
+                 "HUGEINT": 127, "UTINYINT": 8, "USMALLINT": 16, "UINTEGER": 32,
+                 "UBIGINT": 64, "UHUGEINT": 128}
+
+
+def _on_grid(bound: float, places: int, toward) -> Decimal:
+    """The bound's shortest text moved to a multiple of ``10^-places`` (``toward``:
+    ``math.ceil`` for a lower bound, ``math.floor`` for an upper one)."""
+    value = Fraction(shortest(bound))
+    return Decimal(toward(value * 10**places)).scaleb(-places)
+
+
+def _literal(value: Decimal) -> exp.Expression:
+    """A DECIMAL or integer literal of exactly ``value`` (no exponent: never a DOUBLE)."""
+    literal = exp.Literal.number(format(abs(value), "f"))
+    return exp.Neg(this=literal) if value < 0 else literal

@@ -53,7 +53,7 @@ from sqlglot import exp
 
 from dpsql.analyze.domains import column_values
 from dpsql.analyze.plan import GroupKey, Plan
-from dpsql.frozen_facts import every_row
+from dpsql.frozen_facts import every_row, frozen
 from dpsql.rewrite.restrict_domains import domain_condition
 
 
@@ -85,8 +85,7 @@ def check_declared(backend, table) -> dict[str, bool] | None:
     >>> backend.close()
     """
     columns = [c for c in table.columns.values() if c.values_only]
-    probe = exp.select(exp.Count(this=exp.Star())).from_(_table(table.name))
-    if not columns or backend.frozen_row(probe) is None:
+    if not columns or not frozen(backend, table.name):
         return None
     out = {}
     for column in columns:
@@ -134,10 +133,6 @@ def _condition(key: GroupKey, plan: Plan, column: str) -> exp.Expression:
 
 def _column(name: str) -> exp.Column:
     return exp.column(name, quoted=True)
-
-
-def _table(name: str) -> exp.Table:
-    return exp.Table(this=exp.to_identifier(name, quoted=True))
 
 
 def _prove(backend, table: str, column: str, condition: exp.Expression) -> bool:

@@ -11,8 +11,8 @@ every partial rounded to grid units and clamped again. q12 spent 7% of its state
 there at TPC-H sf 0.1.
 
 Here the partial of such a statistic is ``CAST(... AS BIGINT)``: the clamp keeps it in
-``[L, U]``, whole numbers inside the 64-bit range (:func:`whole_candidates` requires
-it), so the cast changes no value and cannot fail; the released sum adds BIGINTs into a
+``[L, U]``, whole numbers below 2^53 written as integer literals (:func:`whole_candidates`
+requires it), so the clamp stays an integer and the cast changes no value and cannot fail; the released sum adds BIGINTs into a
 HUGEINT, exactly, and the statistic keeps the integer noise it was analysed with, as a
 count does. A summand the engine types as anything else (a DOUBLE, a DECIMAL, a
 HUGEINT, whatever the catalog says) keeps the partial as it was: the cast would round
@@ -29,15 +29,18 @@ from dpsql import types as sqltypes
 #: Summand types DuckDB adds exactly into a HUGEINT (64 bits at most).
 WHOLE_TYPES = frozenset({"TINYINT", "UTINYINT", "SMALLINT", "USMALLINT", "INTEGER",
                          "UINTEGER", "BIGINT", "BOOLEAN"})
-#: The partial's bounds must lie inside a BIGINT.
-_BIGINT = 2**63 - 1
+#: The partial's bounds must be written as integer literals (:func:`dpsql.sqlbuild.number`
+#: writes a whole bound from 2^53 as a DOUBLE, whose clamp is a DOUBLE: a bound 7 below
+#: 2^63 was written as 2^63, and the cast of a partial clamped there failed; attack
+#: review), and so lie inside a BIGINT.
+_WHOLE_LITERAL = 2**53
 
 
 def whole_candidates(plan, engine) -> list:
     """The sums whose per-user partial may be a BIGINT: a per-user step, an uncentred
     ``sum`` statistic analysed as whole numbers with integer noise, on an engine that
     sums grid units (DuckDB, whose guard widens HUGEINT sums), and a partial range of
-    whole numbers inside a BIGINT."""
+    whole numbers written as integer literals (below 2^53, inside a BIGINT)."""
     if not getattr(engine, "grid_sums", False) or plan.uid is None or plan.one_row_per_user:
         return []
     out = []
@@ -46,7 +49,7 @@ def whole_candidates(plan, engine) -> list:
                 or s.interval is None or not s.integer or s.decimal is not None:
             continue
         low, high = s.rule.partial_range(s.rule.values_interval(s), plan.max_rows)
-        if all(float(b).is_integer() and abs(b) <= _BIGINT for b in (low, high)):
+        if all(float(b).is_integer() and abs(b) < _WHOLE_LITERAL for b in (low, high)):
             out.append(s)
     return out
 

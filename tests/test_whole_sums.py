@@ -91,3 +91,13 @@ def test_one_row_per_user_needs_no_partial(tmp_path, no_noise, ran):
     result, prepared = _run(path, "SELECT g, SUM(v) AS s FROM t GROUP BY g")
     assert "__per_user" not in ran[-1] and not prepared.plan.stats[0].whole
     assert dict((r[0], r[1]) for r in result.rows)["a"] == 4 * USERS
+
+
+def test_a_partial_range_past_2_to_the_53_keeps_its_form(tmp_path, no_noise, ran):
+    # attack review: a range 7 below 2^63 was written as the DOUBLE 2^63, and the cast
+    # of a partial clamped there gave NULL (the user counted as -L∞)
+    catalog = _catalog()
+    catalog["tables"]["t"]["max_rows"] = 1025
+    catalog["tables"]["t"]["columns"]["v"]["upper"] = 8998411743272952
+    _, prepared = _run(_file(tmp_path), "SELECT g, SUM(v) AS s FROM t GROUP BY g", catalog)
+    assert not prepared.plan.stats[0].whole

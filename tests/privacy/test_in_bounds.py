@@ -224,7 +224,7 @@ def test_one_check_per_table_and_connection(tmp_path, no_noise, ran):
         before = len(ran)
         conn.execute("SELECT SUM(x) AS s, SUM(d) AS t, AVG(i) AS a FROM people", epsilon=1.0)
         checks = [s for s in ran[before:] if "COUNT(CASE WHEN" in s]
-        assert len(checks) == 1 and checks[0].count("BETWEEN") == 3
+        assert len(checks) == 1 and checks[0].count("COUNT(CASE WHEN") == 3
         conn.execute("SELECT SUM(x) AS s FROM people WHERE i > 2", epsilon=1.0)
         assert not [s for s in ran[before + 2:] if "COUNT(CASE WHEN" in s]
     finally:
@@ -249,10 +249,12 @@ def test_the_check_counts_the_owners_fact_never_the_analysts(tmp_path, no_noise,
         conn.close()
     checks = [s for s in ran if "COUNT(CASE WHEN" in s]
     # none where no sum is of a bare declared column (the CASE), else the catalog's own
-    assert checks in ([], ['SELECT COUNT(CASE WHEN COALESCE("x" BETWEEN 0 AND 10, FALSE) THEN '
-                      'NULL ELSE 1 END) AS n0, COUNT(CASE WHEN COALESCE("d" BETWEEN 0 AND 10,'
-                      ' FALSE) THEN NULL ELSE 1 END) AS n1, COUNT(CASE WHEN COALESCE("i" '
-                      'BETWEEN 0 AND 10, FALSE) THEN NULL ELSE 1 END) AS n2 FROM "people"'])
+    # (each in its own type: DOUBLE against the float bounds, DECIMAL and INTEGER exactly)
+    assert checks in ([], [
+        'SELECT COUNT(CASE WHEN COALESCE("x" BETWEEN 0 AND 10, FALSE) THEN NULL ELSE 1 END)'
+        ' AS n0, COUNT(CASE WHEN COALESCE("d" >= 0.00 AND "d" <= 10.00, FALSE) THEN NULL '
+        'ELSE 1 END) AS n1, COUNT(CASE WHEN COALESCE("i" >= 0 AND "i" <= 10, FALSE) THEN '
+        'NULL ELSE 1 END) AS n2 FROM "people"'])
 
 
 @pytest.mark.parametrize("guess", [3, 11])  # 3 is held by some row, 11 by none
@@ -279,3 +281,31 @@ def test_check_declared_reports_each_column(tmp_path):
 def test_the_catalog_refuses_a_bad_declaration(column, message):
     with pytest.raises(CatalogError, match=message):
         load_catalog(_catalog(x=column))
+
+
+@pytest.mark.parametrize("sqltype, lower, upper, inside, outside", [
+    # attack review: compared with DOUBLE literals, a DECIMAL half an ulp past the bound
+    # passed, and on the exact DECIMAL path one user then moved the sum by 3 > L∞ 2
+    ("DECIMAL(20, 1)", 2**53, 2**53 + 4, 2**53 + 2, 2**53 + 5),
+    ("DECIMAL(18, 2)", 0, 1000000000000000.5, 1, "1000000000000000.55"),
+    # a literal of more places than the column's is rounded to them by DuckDB (0.5 -> 1)
+    ("DECIMAL(38, 0)", 0, 0.5, 0, 1),
+])
+def test_a_decimal_is_compared_with_its_bounds_exactly(tmp_path, no_noise, ran, sqltype,
+                                                       lower, upper, inside, outside):
+    path = tmp_path / "dec.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute(f"CREATE TABLE people (pid INTEGER PRIMARY KEY, v {sqltype})")
+    con.executemany(f"INSERT INTO people VALUES (?, CAST(? AS {sqltype}))",
+                    [(u, str(inside)) for u in range(20)] + [(20, str(outside))])
+    con.close()
+    catalog = {"dataset": "ib", "tables": {"people": {
+        "user_key": "pid", "max_groups": 1, "max_rows": 1, "columns": {
+            "pid": {"type": "int"},
+            "v": {"type": "float", "lower": lower, "upper": upper, "in_bounds": True}}}}}
+    _answer(path, "SELECT AVG(v) AS a FROM people", catalog=catalog)
+    assert clamped(ran[-1])
+    backend = DuckDBBackend(path)
+    assert in_bounds.check_declared(backend, load_catalog(catalog).table("people")) == \
+        {"v": False}
+    backend.close()
