@@ -12,8 +12,8 @@ there at TPC-H sf 0.1.
 
 Here the partial of such a statistic is ``CAST(... AS BIGINT)``: the clamp keeps it in
 ``[L, U]``, whole numbers below 2^53 written as integer literals (:func:`whole_candidates`
-requires it), so the clamp stays an integer and the cast changes no value and cannot fail; the released sum adds BIGINTs into a
-HUGEINT, exactly, and the statistic keeps the integer noise it was analysed with, as a
+requires it), so the clamp stays an integer and the cast changes no value and cannot
+fail; the released sum adds BIGINTs into a HUGEINT, exactly, and the statistic keeps the integer noise it was analysed with, as a
 count does. A summand the engine types as anything else (a DOUBLE, a DECIMAL, a
 HUGEINT, whatever the catalog says) keeps the partial as it was: the cast would round
 it. The engine's types come from the one bind-only probe of the summands
