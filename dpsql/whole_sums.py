@@ -11,12 +11,13 @@ every partial rounded to grid units and clamped again. q12 spent 7% of its state
 there at TPC-H sf 0.1.
 
 Here the partial of such a statistic is ``CAST(... AS BIGINT)``: the clamp keeps it in
-``[L, U]``, whole numbers below 2^53 written as integer literals (:func:`whole_candidates`
-requires it), so the clamp stays an integer and the cast changes no value and cannot
-fail; the released sum adds BIGINTs into a HUGEINT, exactly, and the statistic keeps the integer noise it was analysed with, as a
-count does. A summand the engine types as anything else (a DOUBLE, a DECIMAL, a
-HUGEINT, whatever the catalog says) keeps the partial as it was: the cast would round
-it. The engine's types come from the one bind-only probe of the summands
+``[L, U]``, whole numbers below 2^53 written as integer literals
+(:func:`whole_candidates` requires it), so the clamp stays an integer and the cast
+changes no value and cannot fail; the released sum adds BIGINTs into a HUGEINT, exactly,
+and the statistic keeps the integer noise it was analysed with, as a count does. A
+summand the engine types as anything else (a DOUBLE, a DECIMAL, a HUGEINT, whatever the
+catalog says) keeps the partial as it was: the cast would round it. The engine's types
+come from the one bind-only probe of the summands
 (:func:`dpsql.decimal_sums.summand_types`); they choose the form, never the bound: the
 partial's clamp is the same either way, and ``answering.statistic_types`` still reads
 the released column's type before the charge.
