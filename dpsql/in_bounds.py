@@ -45,6 +45,7 @@ and ``dpsql catalog validate -d``.
 from __future__ import annotations
 
 import math
+import weakref
 from decimal import Decimal
 from fractions import Fraction
 
@@ -55,6 +56,10 @@ from dpsql.analyze.plan import Plan, Statistic
 from dpsql.decimal_sums import shortest
 from dpsql.frozen_facts import every_row, frozen
 from dpsql.sqlbuild import number
+
+#: Per backend, (table, its declarations) -> :func:`_facts` (the data behind a frozen
+#: backend never changes; :mod:`dpsql.frozen_facts` keeps each count too).
+_checked: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def stats_in_bounds(plan: Plan, backend) -> frozenset[str]:
@@ -126,8 +131,19 @@ def check_declared(backend, table) -> dict[str, bool] | None:
 
 def _facts(backend, table) -> dict[str, bool]:
     """Each ``in_bounds`` column of ``table`` and whether its values lie within its
-    bounds (one count over the table for all of them, remembered per backend); a column
-    whose type the check cannot compare exactly is not proven."""
+    bounds (one count over the table for all of them, remembered per backend with the
+    declarations it checked); a column whose type the check cannot compare exactly is
+    not proven."""
+    declared = tuple((c.name, c.lower, c.upper, c.nullable)
+                     for c in table.columns.values() if c.in_bounds)
+    known = _checked.setdefault(backend, {})
+    key = (table.name, declared)
+    if key not in known:
+        known[key] = _count_facts(backend, table)
+    return known[key]
+
+
+def _count_facts(backend, table) -> dict[str, bool]:
     types = backend.columns(table.name) or {}
     columns = [c for c in table.columns.values() if c.in_bounds]
     checked = [(c, _within(c, types.get(c.name))) for c in columns]
