@@ -289,7 +289,8 @@ def choose_sums(plan, engine, backend) -> None:
     then in grid units (:func:`dpsql.grid_units.choose_grids`)."""
     decimals = candidates(plan, engine)
     wholes = whole_candidates(plan, engine)
-    types = summand_types(plan, backend, decimals if _reads_decimals(plan, backend) else [],
+    types = summand_types(plan, backend,
+                          decimals if decimals and _reads_decimals(plan, backend) else [],
                           wholes)
     choose_decimals(plan, engine, types)
     choose_whole(wholes, types)
