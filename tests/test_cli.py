@@ -176,3 +176,20 @@ def test_catalog_validate_checks_values_only_on_the_data(tmp_path):
     bad = run("catalog", "validate", cat, "-d", str(db), check=False)
     assert bad.returncode == 1
     assert "declared values_only but some row holds another value: race" in bad.stderr
+
+
+def test_catalog_validate_checks_in_bounds_on_the_data(tmp_path):
+    # the owner's view of the in_bounds check (dpsql.in_bounds): held, or false
+    db = tmp_path / "demo.duckdb"
+    run("demo", "--save", str(db))
+    cat = str(catalog_path("pums_dup"))
+    out = run("catalog", "validate", cat, "-d", str(db)).stdout
+    assert "every value within its bounds, checked: age, income" in out
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE pums_dup SET income = 500000.5 WHERE pid = (SELECT MIN(pid) "
+                "FROM pums_dup)")
+    con.close()
+    bad = run("catalog", "validate", cat, "-d", str(db), check=False)
+    assert bad.returncode == 1
+    assert ("declared in_bounds but some value lies outside: income (sums of them keep "
+            "the clamp)") in bad.stderr
