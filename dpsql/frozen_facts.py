@@ -62,6 +62,30 @@ def every_row(backend, table: str, conditions: list[exp.Expression], labels: lis
     return [known[key] for key in keys]
 
 
+def bare_column(plan, expr, first_source: bool):
+    """(table, column) of the catalog that ``expr``, a bare column, reads through a FROM
+    or INNER source that is a catalog table itself (not a derived table, a hidden path
+    join or a null-supplied side); None otherwise. The declarations checked here hold
+    for such a column's every row, whatever else the query joins.
+
+    An unqualified name is the FROM table's where ``first_source`` (a name only another
+    source has then fails ``has_column``, one two sources have is refused as ambiguous),
+    else only where the query reads one source.
+    """
+    if not isinstance(expr, exp.Column) or expr.args.get("db") or expr.args.get("catalog"):
+        return None
+    sources = plan.scope.sources
+    if expr.table:
+        source = next((s for s in sources if s.alias == expr.table), None)
+    else:
+        source = sources[0] if first_source or plan.scope.single else None
+    if source is None or source.derived is not None or source.hidden \
+            or source.kind not in ("from", "inner") or source.table.derived \
+            or not source.table.has_column(expr.name):
+        return None
+    return source.table, source.table.column(expr.name)
+
+
 def frozen(backend, table: str) -> bool:
     """Whether ``table``'s data cannot change under ``backend`` (a count over it is read;
     :meth:`~dpsql.backends.base.Backend.frozen_row`), so that its facts can be checked."""

@@ -54,7 +54,7 @@ from sqlglot import exp
 from dpsql import types as sqltypes
 from dpsql.analyze.plan import Plan, Statistic
 from dpsql.decimal_sums import shortest
-from dpsql.frozen_facts import every_row, frozen
+from dpsql.frozen_facts import bare_column, every_row, frozen
 from dpsql.sqlbuild import number
 
 #: Per backend, (table, its declarations) -> :func:`_facts` (the data behind a frozen
@@ -83,20 +83,12 @@ def _declared(plan: Plan, stat: Statistic):
     """(table, column) of a sum whose value is a bare ``in_bounds`` column read through
     one FROM or INNER source, clamped to an interval that holds the column's bounds and
     keeping its NULLs (module docstring); None otherwise."""
-    arg = stat.arg
-    if stat.kind != "sum" or stat.in_bounds or stat.interval is None \
-            or not isinstance(arg, exp.Column) or arg.args.get("db") or arg.args.get("catalog"):
+    if stat.kind != "sum" or stat.in_bounds or stat.interval is None:
         return None
-    # an unqualified name is the one source's only where there is one source
-    source = next((s for s in plan.scope.sources if s.alias == arg.table), None) \
-        if arg.table else plan.scope.sources[0] if plan.scope.single else None
-    if source is None or source.derived is not None or source.hidden \
-            or source.kind not in ("from", "inner") or source.table.derived:
+    found = bare_column(plan, stat.arg, first_source=False)
+    if found is None:
         return None
-    table = source.table
-    if not table.has_column(arg.name):
-        return None
-    column = table.column(arg.name)
+    table, column = found
     if not column.in_bounds or column.lower is None or column.upper is None:
         return None
     if not (stat.interval.lower <= column.lower and column.upper <= stat.interval.upper):

@@ -53,7 +53,7 @@ from sqlglot import exp
 
 from dpsql.analyze.domains import column_values
 from dpsql.analyze.plan import GroupKey, Plan
-from dpsql.frozen_facts import every_row, frozen
+from dpsql.frozen_facts import bare_column, every_row, frozen
 from dpsql.rewrite.restrict_domains import domain_condition
 
 
@@ -99,19 +99,12 @@ def check_declared(backend, table) -> dict[str, bool] | None:
 def _declared(plan: Plan, key: GroupKey) -> tuple[str, str] | None:
     """(table, column) of a key that is a bare ``values_only`` column of a private catalog
     table read as the FROM table or an inner join, over its whole declared domain."""
-    if key.domain is None or key.in_domain or not isinstance(key.expr, exp.Column):
+    if key.domain is None or key.in_domain:
         return None
-    # a bare name read as the FROM table's: a name only another source has fails
-    # has_column below (keeps the filter), one two sources have is refused as ambiguous
-    source = next((s for s in plan.scope.sources if s.alias == key.expr.table), None) \
-        if key.expr.table else plan.scope.sources[0]
-    if source is None or source.derived is not None or source.hidden \
-            or source.kind not in ("from", "inner"):
+    found = bare_column(plan, key.expr, first_source=True)
+    if found is None or found[0].public:
         return None
-    table = source.table
-    if table.derived or table.public or not table.has_column(key.expr.name):
-        return None
-    column = table.column(key.expr.name)
+    table, column = found
     if not column.values_only:
         return None
     whole = column_values(column)
