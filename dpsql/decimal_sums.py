@@ -64,6 +64,7 @@ from sqlglot import exp
 
 from dpsql import types as sqltypes
 from dpsql.grid_units import choose_grids, fine_exponent, grid_of
+from dpsql.sqlbuild import data_type
 from dpsql.whole_sums import choose_whole, whole_candidates
 
 #: Most decimal places a DECIMAL sum is taken in (whole bounds up to 2^53, written as
@@ -102,7 +103,7 @@ class DecimalSum:
     top: bool
 
     def type(self) -> exp.DataType:
-        return exp.DataType.build(f"DECIMAL({self.precision}, {self.scale})")
+        return data_type(f"DECIMAL({self.precision}, {self.scale})")
 
     def literal(self, value: Decimal) -> exp.Expression:
         """``CAST('<value>' AS DECIMAL(P, s))``: of the summand's own type, exactly."""

@@ -30,6 +30,7 @@ import re
 
 from sqlglot import exp
 
+from dpsql.sqlbuild import data_type
 from dpsql.types import FRACTION_NAMES, SCALAR_KEY_NAMES, TEMPORAL_KEY_NAMES, base_name
 
 #: Key types (in DuckDB's words, as every backend's ``check`` reports them) released as
@@ -92,7 +93,7 @@ def keys_as_text(expression: exp.Select, names: list[str]) -> exp.Select:
         name = column.alias_or_name
         ref = exp.column(name, table="__keys")
         if name in names:
-            ref = exp.Cast(this=ref, to=exp.DataType.build("VARCHAR"))
+            ref = exp.Cast(this=ref, to=data_type("VARCHAR"))
         outputs.append(exp.alias_(ref, name))
     return exp.select(*outputs).from_(expression.subquery("__keys", copy=True))
 

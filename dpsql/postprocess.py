@@ -61,6 +61,7 @@ from dpsql.postprocess_arith import evaluate
 from dpsql.postprocess_order import sort_rows
 from dpsql.released_table import arrow_array, scanned_rows
 from dpsql.scratch import checked_sql, scratch
+from dpsql.sqlbuild import data_type
 
 ROW_ID = "__rid"
 
@@ -335,7 +336,7 @@ def _column_type(type_name: str) -> str:
     except Exception:  # noqa: BLE001 - sqlglot raises several kinds on bad type text
         parsed = None
     if parsed is not None and parsed.this == exp.DataType.Type.ENUM:
-        parsed = exp.DataType.build("VARCHAR")
+        parsed = data_type("VARCHAR")
     if parsed is None or parsed.this in _NESTED or any(
             isinstance(n, exp.DataType) and n.this in _NESTED for n in parsed.walk()):
         raise UnsupportedQueryError(

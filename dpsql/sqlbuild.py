@@ -43,7 +43,7 @@ def condition(text: str) -> exp.Expression:
     return _condition(text).copy()
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)
 def _data_type(name: str) -> exp.DataType:
     return exp.DataType.build(name)
 
@@ -135,7 +135,7 @@ def scaled(value: exp.Expression, j: int) -> exp.Expression:
     >>> scaled(exp.column("x"), -3).sql()
     'CAST(x AS DOUBLE) * 8.0e0'
     """
-    return exp.Mul(this=exp.Cast(this=value.copy(), to=exp.DataType.build("DOUBLE")),
+    return exp.Mul(this=exp.Cast(this=value.copy(), to=data_type("DOUBLE")),
                    expression=power_of_two(-j))
 
 
@@ -153,8 +153,8 @@ def fine_sum(value: exp.Expression, j: int) -> exp.Expression:
     >>> fine_sum(exp.column("x"), -3).sql()
     '(CAST(SUM(CAST(CAST(x AS DOUBLE) * 8.0e0 AS BIGINT)) AS DOUBLE) * 0.125e0)'
     """
-    units = exp.Sum(this=exp.Cast(this=scaled(value, j), to=exp.DataType.build("BIGINT")))
-    return exp.paren(exp.Mul(this=exp.Cast(this=units, to=exp.DataType.build("DOUBLE")),
+    units = exp.Sum(this=exp.Cast(this=scaled(value, j), to=data_type("BIGINT")))
+    return exp.paren(exp.Mul(this=exp.Cast(this=units, to=data_type("DOUBLE")),
                              expression=power_of_two(j)), copy=False)
 
 

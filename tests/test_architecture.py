@@ -171,3 +171,20 @@ def test_no_class_subclasses_sqlglot():
                       for klass in inspect.getmro(cls) for base in klass.__bases__
                       if base.__module__.split(".")[0] == "sqlglot"]
     assert found == []
+
+
+#: Modules that build a type from text another way: sqlbuild is the one builder;
+#: probe_types keeps its own (a dialect's names, user-defined types allowed); loaders
+#: and postprocess read a backend's reported type names in DuckDB's grammar.
+_OWN_TYPE_BUILDERS = {"sqlbuild.py", "probe_types.py", "loaders.py", "postprocess.py"}
+
+
+def test_types_are_built_by_one_cached_builder():
+    """``exp.DataType.build("DOUBLE")`` parses its text every time (about 10 µs and a
+    new dialect); the rewrite and the dialects build types per query, so they take
+    :func:`dpsql.sqlbuild.data_type`, parsed once per name."""
+    found = [f"{p.relative_to(PACKAGE)}:{i}" for p in sorted(PACKAGE.rglob("*.py"))
+             if p.name not in _OWN_TYPE_BUILDERS
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if "DataType.build(" in line]
+    assert not found, found

@@ -11,7 +11,7 @@ import math
 from sqlglot import exp
 
 from dpsql.aggregates.base import Direct, StatisticRule, double, scaled, shifted
-from dpsql.sqlbuild import clamp, number
+from dpsql.sqlbuild import clamp, data_type, number
 
 
 class Sum(StatisticRule):
@@ -92,7 +92,7 @@ class Sum(StatisticRule):
         # a user whose values are all NULL adds nothing: SUM is NULL, read as 0
         partial = clamp(exp.Coalesce(this=total, expressions=[number(0)]), low, high)
         if stat.whole:  # whole numbers inside a BIGINT, kept so (dpsql.whole_sums)
-            return exp.Cast(this=partial, to=exp.DataType.build("BIGINT"))
+            return exp.Cast(this=partial, to=data_type("BIGINT"))
         return partial
 
     def rescaled(self, stat) -> bool:

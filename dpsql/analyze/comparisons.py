@@ -66,6 +66,7 @@ from sqlglot import exp
 from dpsql.analyze.scope import Scope
 from dpsql.catalog import Column
 from dpsql.errors import AnalysisError, UnknownColumnError, UnknownTableError
+from dpsql.sqlbuild import data_type
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ,
                 exp.NullSafeNEQ)
@@ -267,7 +268,7 @@ def _check_dates(found: list[tuple[exp.Expression, str, str, str | None]]) -> No
 
     texts = [text for _, text, _, _ in found]
     query = exp.select(*(
-        exp.TryCast(this=exp.column("__c0"), to=exp.DataType.build(kind.upper()))
+        exp.TryCast(this=exp.column("__c0"), to=data_type(kind.upper()))
         for kind in ("date", "timestamp"))).from_("__in0")
     with scratch() as con:
         try:

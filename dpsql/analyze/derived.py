@@ -51,7 +51,7 @@ from dpsql.analyze.names import qualify
 from dpsql.analyze.scope import Scope, build_scope
 from dpsql.catalog import Catalog, Column, Table
 from dpsql.errors import UnsupportedQueryError
-from dpsql.sqlbuild import clamp, fine_sum, number
+from dpsql.sqlbuild import clamp, data_type, fine_sum, number
 
 #: A derived table analysed: (its catalog table, its bounded SQL, its inner scope,
 #: whether it has one row per user).
@@ -215,7 +215,7 @@ def _aggregate(agg: exp.Expression, name: str, scope: Scope,
     added = _exact_sum(value, interval)
     if isinstance(agg, exp.Avg):
         # the exact total over the count (as DOUBLE: SQLite divides integers as integers)
-        mean = exp.Div(this=exp.Cast(this=added, to=exp.DataType.build("DOUBLE")),
+        mean = exp.Div(this=exp.Cast(this=added, to=data_type("DOUBLE")),
                        expression=exp.Nullif(this=exp.Count(this=value.copy()),
                                              expression=number(0)))
         return Column(name, "float", interval.lower, interval.upper, nullable=True), \
@@ -237,8 +237,8 @@ def _one_spelling(value: exp.Expression, interval) -> exp.Expression:
     ``+ 0``, which DuckDB folds away). Equal values are then one value.
     """
     if interval.integer and interval.magnitude < 2.0**62:
-        return exp.Cast(this=value, to=exp.DataType.build("BIGINT"))
-    double = exp.Cast(this=value, to=exp.DataType.build("DOUBLE"))
+        return exp.Cast(this=value, to=data_type("BIGINT"))
+    double = exp.Cast(this=value, to=data_type("DOUBLE"))
     zero = exp.EQ(this=double.copy(), expression=number(0))
     return exp.Case(ifs=[exp.If(this=zero, true=exp.Literal.number("0.0e0"))], default=double)
 
@@ -256,7 +256,7 @@ def _exact_sum(value: exp.Expression, interval) -> exp.Expression:
     grid (:func:`dpsql.sqlbuild.fine_sum`, :func:`_fine_exponent`).
     """
     if interval.integer and interval.magnitude < 2.0**62:
-        return exp.Sum(this=exp.Cast(this=value, to=exp.DataType.build("BIGINT")))
+        return exp.Sum(this=exp.Cast(this=value, to=data_type("BIGINT")))
     return fine_sum(value, _fine_exponent(interval))
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from dpsql.errors import BackendError
+from dpsql.sqlbuild import data_type
 from dpsql.types import (
     BOOL,
     DATE,
@@ -287,7 +288,7 @@ def is_constant(node: exp.Expression) -> bool:
 
 def date_literal(text: str, family: str) -> exp.Expression:
     kind = "TIMESTAMP" if family == TIMESTAMP else "DATE"
-    return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build(kind))
+    return exp.Cast(this=exp.Literal.string(text), to=data_type(kind))
 
 
 

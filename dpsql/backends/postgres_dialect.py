@@ -35,6 +35,7 @@ from dpsql.backends.dialects import (
     sentinel_clamp,
     unsupported,
 )
+from dpsql.sqlbuild import data_type
 from dpsql.types import (
     BOOL,
     DATE,
@@ -83,8 +84,8 @@ def _as_numeric(node: exp.Expression, ctx: Context | None) -> exp.Expression:
     became 1234570, a sum 19.983369 for DuckDB's 19.98336983919143), a DOUBLE
     PRECISION with 15, and REAL to DOUBLE PRECISION is exact (attack review)."""
     if ctx is not None and ctx.family(node) == FLOAT:
-        node = exp.Cast(this=node, to=exp.DataType.build("DOUBLE"))
-    return exp.Cast(this=node, to=exp.DataType.build("DECIMAL"))
+        node = exp.Cast(this=node, to=data_type("DOUBLE"))
+    return exp.Cast(this=node, to=data_type("DECIMAL"))
 
 
 #: Dates dpsql computes with on engines whose date arithmetic can leave their range
@@ -172,12 +173,12 @@ def _pg_back(value: exp.Expression, family: str | None) -> exp.Expression:
         # strictly between the bounds, a value rounds to a BIGINT (half away from 0)
         return exp.Cast(this=sentinel_clamp(value, "-9223372036854775808.5",
                                              "9223372036854775807.5"),
-                        to=exp.DataType.build("BIGINT"))
+                        to=data_type("BIGINT"))
     if family == FLOAT:
         # ROUND(.., 300): a tiny NUMERIC would underflow (an error) when cast to float8
         rounded = exp.Round(this=value, decimals=exp.Literal.number(300))
         return exp.Cast(this=sentinel_clamp(rounded, "-1.7e308", "1.7e308"),
-                        to=exp.DataType.build("DOUBLE"))
+                        to=data_type("DOUBLE"))
     # DECIMAL (or unknown): stay NUMERIC, bounded so that later steps cannot overflow
     return sentinel_clamp(value, "-1e300", "1e300")
 
@@ -222,7 +223,7 @@ def _pg_safe_node(node: exp.Expression, ctx: Context) -> exp.Expression:
         return exp.Case(ifs=[exp.If(this=cond, true=node)])
     if isinstance(node, exp.Exp):
         bounded = exp.Cast(this=sentinel_clamp(_numeric(node.this, ctx), "-700", "709"),
-                           to=exp.DataType.build("DOUBLE"))
+                           to=data_type("DOUBLE"))
         return exp.Exp(this=bounded)
     if isinstance(node, exp.Substring):
         # substr(text, int, int): a negative length fails, and BIGINT arguments are refused
@@ -231,7 +232,7 @@ def _pg_safe_node(node: exp.Expression, ctx: Context) -> exp.Expression:
             if arg is not None and not isinstance(arg, exp.Literal):
                 clamped = exp.Least(this=exp.Greatest(this=arg, expressions=[
                     num_literal(low)]), expressions=[exp.Literal.number(2147483647)])
-                node.set(key, exp.Cast(this=clamped, to=exp.DataType.build("INT")))
+                node.set(key, exp.Cast(this=clamped, to=data_type("INT")))
             elif arg is not None and key == "length" and arg.this.startswith("-"):
                 node.set(key, exp.Literal.number(0))
         return node
@@ -274,12 +275,12 @@ def _pg_try_cast(node: exp.Cast, ctx: Context) -> exp.Expression:
         raise unsupported("PostgreSQL < 16", f"TRY_CAST of text to {base}")
     if tf in NUMERIC:
         if src == BOOL:
-            return exp.Cast(this=exp.Cast(this=x, to=exp.DataType.build("INT")), to=to)
+            return exp.Cast(this=exp.Cast(this=x, to=data_type("INT")), to=to)
         guard = None
         if src == STRING:
             pattern = INT_PATTERN if tf == INT else NUM_PATTERN
             guard = exp.RegexpLike(this=copy_node(x), expression=exp.Literal.string(pattern))
-            value = exp.Cast(this=x, to=exp.DataType.build("DECIMAL"))
+            value = exp.Cast(this=x, to=data_type("DECIMAL"))
         elif src in (*NUMERIC, None):
             # in NUMERIC, exactly: a float's own comparisons with the bounds would round
             # them (2147483647.5 is 2147483648 as a float4), and NaN and infinities are
@@ -296,7 +297,7 @@ def _pg_try_cast(node: exp.Cast, ctx: Context) -> exp.Expression:
             # few enough decimals that no value underflows the target (float4: 1e-38)
             digits = 300 if limit == "1.7e308" else 37
             if src != FLOAT or limit != "1.7e308":
-                value = exp.Cast(this=value, to=exp.DataType.build("DECIMAL")) \
+                value = exp.Cast(this=value, to=data_type("DECIMAL")) \
                     if src == FLOAT else value
                 value = exp.Round(this=value, decimals=exp.Literal.number(digits))
             safe = exp.Cast(this=sentinel_clamp(value, f"-{limit}", limit), to=to)
@@ -361,7 +362,7 @@ def postgres_date_units(expression: exp.Expression, ctx: Context) -> exp.Express
             node.set("this", exp.var(unit))
             value = node.expression
             if unit in _PG_TIME_UNITS and ctx.family(value) == DATE:
-                node.set("expression", exp.Cast(this=value, to=exp.DataType.build("TIMESTAMP")))
+                node.set("expression", exp.Cast(this=value, to=data_type("TIMESTAMP")))
         else:
             unit = unit_of(node.args.get("unit"), _PG_TRUNC_UNITS, "DATE_TRUNC")
             node.set("unit", exp.var(unit))
@@ -384,7 +385,7 @@ def postgres_extract(expression: exp.Expression, ctx: Context) -> exp.Expression
         family = ctx.family(value)
         if value is not None and family in (DATE, TIMESTAMP) and not is_constant(value):
             node.set(slot, _date_sentinel(value, family))
-        return exp.Cast(this=node, to=exp.DataType.build("BIGINT"))
+        return exp.Cast(this=node, to=data_type("BIGINT"))
     return replace_all(expression, (exp.Year, exp.Month, exp.Day, exp.Extract), fix)
 
 

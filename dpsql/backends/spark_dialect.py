@@ -35,6 +35,7 @@ from dpsql.backends.dialects import (
     replace_all,
     typed_tables,
 )
+from dpsql.sqlbuild import data_type
 from dpsql.types import DATE, DECIMAL, FLOAT, INT, TIMESTAMP
 from dpsql.types import family as type_family
 
@@ -101,7 +102,7 @@ def _spark_guard(node: exp.Expression, ctx: Context) -> exp.Expression:
         for value, branch, key, i in values:
             if ctx.family(value) != DATE or is_constant(value):
                 continue
-            cast = exp.TryCast(this=value, to=exp.DataType.build("TIMESTAMP"), safe=True)
+            cast = exp.TryCast(this=value, to=data_type("TIMESTAMP"), safe=True)
             if branch is not None:
                 branch.set("true", cast)
             elif i is None:
@@ -208,7 +209,7 @@ def spark_sums(expression: exp.Expression, ctx: Context) -> exp.Expression:
     an integer, and anything else is summed as DOUBLE by the guard placement)."""
     def widen(node):
         if ctx.family(node.this) == INT and not isinstance(node.this, exp.Distinct):
-            node.set("this", exp.Cast(this=node.this, to=exp.DataType.build("DECIMAL(38, 0)")))
+            node.set("this", exp.Cast(this=node.this, to=data_type("DECIMAL(38, 0)")))
         return node
     return replace_all(expression, exp.Sum, widen)
 

@@ -28,6 +28,7 @@ from dpsql.backends.dialects import (
     typed_tables,
     unsupported,
 )
+from dpsql.sqlbuild import data_type
 from dpsql.types import BOOL, DATE, DECIMAL, FLOAT, INT, STRING, TIMESTAMP
 from dpsql.types import family as type_family
 
@@ -79,13 +80,13 @@ def sqlite_typed_tables(expression: exp.Expression, ctx: Context) -> exp.Express
             # max_value_length times (dpsql.limits), so no result reaches SQLite's 1e9-byte
             # limit ("string or blob too big" after the charge, on one person's long text)
             test = exp.and_(test, exp.LTE(
-                this=exp.Length(this=exp.Cast(this=copy_node(ref), to=exp.DataType.build("BLOB"))),
+                this=exp.Length(this=exp.Cast(this=copy_node(ref), to=data_type("BLOB"))),
                 expression=exp.Literal.number(SQLITE_MAX_TEXT)))
             # text that is not UTF-8 would be decoded on the way out: two different
             # byte strings could become one key there, so it is NULL here instead,
             # before the database groups anything
             body = exp.Anonymous(this=SQLITE_UTF8, expressions=[
-                exp.Cast(this=copy_node(ref), to=exp.DataType.build("BLOB"))])
+                exp.Cast(this=copy_node(ref), to=data_type("BLOB"))])
         return exp.Case(ifs=[exp.If(this=test, true=body)])
     return typed_tables(expression, ctx, value)
 
@@ -143,7 +144,7 @@ def sqlite_arithmetic(expression: exp.Expression, ctx: Context) -> exp.Expressio
             # dpsql's own function: sqlglot reads SQLite's MOD() back as `%`, which the
             # output check (dpsql.output_check) would see as a different query
             # REAL arguments: text (maybe invalid UTF-8) never reaches the Python function
-            real = exp.DataType.build("DOUBLE")
+            real = data_type("DOUBLE")
             return exp.Anonymous(this=SQLITE_FMOD, expressions=[
                 exp.Cast(this=node.this, to=real), exp.Cast(this=node.expression, to=real)])
         return node
@@ -204,7 +205,7 @@ def _sqlite_trunc(unit: str, value: exp.Expression, family: str | None) -> exp.E
         return call(func, value, text("start of day"), text("weekday 0"), text("-6 days"))
     if unit == "QUARTER":
         month = exp.Cast(this=call("STRFTIME", text("%m"), copy_node(value)),
-                         to=exp.DataType.build("BIGINT"))
+                         to=data_type("BIGINT"))
         back = exp.Mod(this=exp.paren(exp.Sub(this=month, expression=exp.Literal.number(1))),
                        expression=exp.Literal.number(3))
         shift = exp.DPipe(this=exp.DPipe(this=text("-"), expression=exp.paren(back)),
@@ -222,7 +223,7 @@ def sqlite_dates(expression: exp.Expression, ctx: Context) -> exp.Expression:
         if fmt is None:
             raise unsupported("SQLite", f"EXTRACT({unit} ...)")
         return exp.Cast(this=exp.Anonymous(this="STRFTIME", expressions=[
-            exp.Literal.string(fmt), value]), to=exp.DataType.build("BIGINT"))
+            exp.Literal.string(fmt), value]), to=data_type("BIGINT"))
 
     def fix(node):
         if isinstance(node, exp.DateStrToDate | exp.TsOrDsToDate):
@@ -381,7 +382,7 @@ def _blob(value: exp.Expression) -> exp.Expression:
     """A value as BLOB: SQLite hands text to a Python function decoded as UTF-8 (an error
     on invalid bytes, which any column may hold whatever its declared type); a BLOB
     arrives as bytes."""
-    return exp.Cast(this=value, to=exp.DataType.build("BLOB"))
+    return exp.Cast(this=value, to=data_type("BLOB"))
 
 
 def sqlite_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
@@ -399,7 +400,7 @@ def sqlite_hash(expression: exp.Expression, ctx: Context) -> exp.Expression:
     def canonical(value):
         number = exp.In(this=exp.Typeof(this=copy_node(value)),
                         expressions=[exp.Literal.string("integer"), exp.Literal.string("real")])
-        real = exp.Cast(this=copy_node(value), to=exp.DataType.build("REAL"))
+        real = exp.Cast(this=copy_node(value), to=data_type("REAL"))
         return _blob(exp.Case(ifs=[exp.If(this=number, true=real)], default=value))
 
     return order_with_tiebreak(expression, lambda uid, keys, seed: exp.Anonymous(

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from dpsql.errors import BackendError
+from dpsql.sqlbuild import data_type
 
 #: Fewer rows than this reach any aggregate of a query: 2**48 rows of 2**79-magnitude
 #: integers stay below 2**127, and 2**48 rows of 23-digit decimals below 10**38.
@@ -333,7 +334,7 @@ def place_guards(tree: exp.Expression, allow: AllowList, types: Types,
                 if not allow.refuse_unwrappable:
                     continue
                 raise refuse(cond, "a condition that is not a boolean")
-            new = exp.TryCast(this=cond, to=exp.DataType.build("BOOLEAN"))
+            new = exp.TryCast(this=cond, to=data_type("BOOLEAN"))
             node.set(key, new)
             types.set(new, "BOOLEAN")
 
@@ -351,7 +352,7 @@ def place_guards(tree: exp.Expression, allow: AllowList, types: Types,
             arg = node.this
             if not isinstance(arg, exp.Distinct) and types(arg) is not None \
                     and not _contains_unwrappable(arg):
-                wide = exp.Cast(this=exp.Try(this=arg), to=exp.DataType.build(allow.sum_as))
+                wide = exp.Cast(this=exp.Try(this=arg), to=data_type(allow.sum_as))
                 types.set(wide.this, types(arg))
                 types.set(wide, allow.sum_as_type)
                 node.set("this", wide)

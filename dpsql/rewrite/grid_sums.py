@@ -38,7 +38,7 @@ from dpsql.analyze.plan import Plan
 from dpsql.grid_units import fine_exponent, fine_limit
 from dpsql.rewrite.per_user_aggregate import PER_USER
 from dpsql.rewrite.traits import DEFAULT, EngineTraits
-from dpsql.sqlbuild import clamp, fine_sum, scaled
+from dpsql.sqlbuild import clamp, data_type, fine_sum, scaled
 
 
 def grid_sums(expression: exp.Select, plan: Plan,
@@ -115,7 +115,7 @@ def _fine_units(summand: exp.Expression, stat) -> exp.Expression:
     # a histogram's bins are floored: rounded up one by one, they added up to more than
     # the L1 bound L∞ (dpsql.grid_units); a sum's one summand is rounded to nearest
     rounded = exp.Floor(this=fine) if stat.bins is not None else exp.Round(this=fine)
-    units = exp.Cast(this=rounded, to=exp.DataType.build("BIGINT"))
+    units = exp.Cast(this=rounded, to=data_type("BIGINT"))
     # M as an integer literal (M < 2^61): a float literal (sqlbuild.number writes whole
     # values from 2^53 as float text) made the clamp, and so the sum, a DOUBLE one
     # (attack review)

@@ -26,6 +26,7 @@ from dpsql.errors import UnsupportedQueryError
 from dpsql.server.catalog_db import EMULATED_TABLES, VERSION_TEXT
 from dpsql.server.catalog_functions import check_function
 from dpsql.server.catalog_functions import name_of as _name
+from dpsql.sqlbuild import data_type
 
 #: PostgreSQL type names in casts → DuckDB's (``::pg_catalog.text``, ``::oid``...).
 _CASTS = {"regproc": "BIGINT", "regprocedure": "BIGINT", "regnamespace": "BIGINT",
@@ -171,7 +172,7 @@ def _fix_cast(node: exp.Cast, who: _Who) -> exp.Expression:
     if target.startswith("reg") and isinstance(node.this, exp.Literal):
         return exp.Null()  # 'pg_catalog.array_in'::regproc: no functions here
     if target in _CASTS:  # not exp.cast, which copies (and so hides) the operand
-        return exp.Cast(this=node.this, to=exp.DataType.build(_CASTS[target]))
+        return exp.Cast(this=node.this, to=data_type(_CASTS[target]))
     return node
 
 
