@@ -30,12 +30,13 @@ from dpsql.errors import QueryCancelled
 
 log = logging.getLogger("dpsql.owner")
 
-#: Per backend, (table, condition's SQL) -> whether every row meets it.
+#: Per backend, (table, condition's SQL) -> how many rows fail it (None: not counted),
+#: and ("logged", that key) once the owner's log has a failing count's line.
 _known: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def every_row(backend, table: str, conditions: list[exp.Expression], labels: list[str],
-              kept: str) -> list[bool]:
+              kept: str, report: bool = True) -> list[bool]:
     """Whether each condition holds on every row of ``table`` (module docstring): from
     the backend's memory, or counted now, in one query for those not known yet.
 
@@ -43,23 +44,30 @@ def every_row(backend, table: str, conditions: list[exp.Expression], labels: lis
         labels: what each condition says, for the owner's log (``"people.seg in its
             values"``).
         kept: what stays where a condition fails (``"the domain filter"``).
+        report: whether a condition that fails, or a count that fails, goes to the
+            owner's log: yes for what the owner declared; no for a condition the
+            analyst's query chose (a public key's narrowed domain:
+            :mod:`dpsql.public_keys`), whose failing is no news to the owner.
     """
     known = _known.setdefault(backend, {})
     # keyed by the text the engine runs (its own dialect's)
     dialect = getattr(backend, "dialect", None)
     keys = [(table, c.sql(dialect=dialect)) for c in conditions]
     missing = {}
-    for key, condition, label in zip(keys, conditions, labels, strict=True):
+    for key, condition in zip(keys, conditions, strict=True):
         if key not in known:
-            missing.setdefault(key, (condition, label))
+            missing.setdefault(key, condition)
     if missing:
-        counts = _count(backend, table, [c for c, _ in missing.values()], kept)
-        for (key, (_, label)), count in zip(missing.items(), counts, strict=True):
-            known[key] = count == 0
-            if count is not None and count > 0:
+        counts = _count(backend, table, list(missing.values()), kept, report)
+        known.update(zip(missing, counts, strict=True))
+    if report:  # once per fact, whoever counted it first
+        for key, label in zip(keys, labels, strict=True):
+            count = known[key]
+            if count is not None and count > 0 and ("logged", key) not in known:
+                known["logged", key] = True
                 log.warning("%s: %s row(s) do not hold; queries keep %s", label, count,
                             kept)
-    return [known[key] for key in keys]
+    return [known[key] == 0 for key in keys]
 
 
 def bare_column(plan, expr, first_source: bool):
@@ -93,13 +101,16 @@ def frozen(backend, table: str) -> bool:
         exp.Table(this=exp.to_identifier(table, quoted=True)))) is not None
 
 
-def _count(backend, table: str, conditions: list[exp.Expression], kept: str) -> list:
+def _count(backend, table: str, conditions: list[exp.Expression], kept: str,
+           report: bool) -> list:
     try:
         row = backend.frozen_row(failing(table, conditions))
     except QueryCancelled:  # Ctrl-C or a cancel before the charge: the query stops
         raise
     except Exception:  # noqa: BLE001 - a choice of speed: the step is always sound
-        log.warning("the check of %s failed; queries keep %s", table, kept, exc_info=True)
+        if report:
+            log.warning("the check of %s failed; queries keep %s", table, kept,
+                        exc_info=True)
         row = None
     if row is None:
         return [None] * len(conditions)

@@ -20,7 +20,7 @@ because:
 * the count is exact only as long as the table does not change, so only a backend whose
   data cannot change while dpsql holds it counts (a DuckDB file dpsql attached
   read-only, whose file lock keeps writers out; dpsql's own ``:memory:``:
-  :meth:`~dpsql.backends.base.Backend.frozen_count`), and only a base table: a view is
+  :func:`dpsql.frozen_facts.every_row`), and only a base table: a view is
   computed afresh by each statement (``random()``, the clock, another table). The plan
   that holds the decision lives with that connection (its plan cache);
 * the engine's own ``IN``/``BETWEEN``/``IS NULL`` decides, as the filter would, so no
@@ -36,39 +36,27 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.analyze.plan import Plan
-from dpsql.errors import QueryCancelled
+from dpsql.frozen_facts import every_row
 from dpsql.rewrite.restrict_domains import domain_condition
 
 
 def prove_in_domain(plan: Plan, backend) -> None:
     """Marks ``in_domain`` each key of a public table all of whose rows lie in the
-    key's domain (see the module docstring)."""
+    key's domain (see the module docstring).
+
+    The count is :func:`dpsql.frozen_facts.every_row`'s, remembered per backend by the
+    condition's text, so a domain is counted once per connection; a count above 0 is
+    not the owner's news (the analyst's query may narrow a public key's domain), so it
+    is not logged."""
     for key in plan.keys:
         source = _public_source(plan, key)
         if source is None:
             continue
-        try:
-            column = exp.column(key.expr.name)
-            count = backend.frozen_count(
-                rows_outside(source.table.name, domain_condition(key, plan, column)))
-        except QueryCancelled:  # Ctrl-C or a cancel before the charge: the query stops
-            raise
-        except Exception:  # noqa: BLE001 - a choice of speed: the filter is always sound
-            count = None
-        if count == 0:
+        table = source.table.name
+        condition = domain_condition(key, plan, exp.column(key.expr.name))
+        if every_row(backend, table, [condition], [f"{table}.{key.expr.name} in its domain"],
+                     "the domain filter", report=False)[0]:
             key.in_domain = True
-
-
-def rows_outside(table: str, condition: exp.Expression) -> exp.Select:
-    """The count of ``table``'s rows a domain filter ``condition`` would drop (NULL is
-    dropped, as WHERE drops it); the table's name quoted, never read as a function.
-
-    >>> print(rows_outside("t", exp.condition("k IN (1, 2)")).sql())
-    SELECT COUNT(*) AS n FROM "t" WHERE NOT COALESCE(k IN (1, 2), FALSE)
-    """
-    dropped = exp.Not(this=exp.func("COALESCE", condition.copy(), exp.false()))
-    return exp.select(exp.alias_(exp.Count(this=exp.Star()), "n")).from_(
-        exp.Table(this=exp.to_identifier(table, quoted=True))).where(dropped)
 
 
 def _public_source(plan: Plan, key):

@@ -268,17 +268,10 @@ class Backend(ABC):
         """String columns of ``table`` whose equality is not byte-exact (lower-case)."""
         return set()
 
-    def frozen_count(self, expression: exp.Expression) -> int | None:
-        """The count a ``SELECT COUNT(*)`` returns, where the backend's data cannot
-        change while dpsql holds it (None: it can, or the backend does not say;
-        :mod:`dpsql.public_keys`)."""
-        row = self.frozen_row(expression)
-        return None if row is None else int(row[0])
-
     def frozen_row(self, expression: exp.Expression) -> tuple | None:
         """The one row a query of counts returns, read only where the backend's data
         cannot change while dpsql holds it and from base tables only (None otherwise;
-        :mod:`dpsql.public_keys`, :mod:`dpsql.one_per_user`)."""
+        :mod:`dpsql.frozen_facts`, :mod:`dpsql.one_per_user`)."""
         return None
 
     def ready(self) -> None:

@@ -149,7 +149,7 @@ class DuckDBBackend(Backend):
         self._worker = QueryThread("dpsql-duckdb-query")
         self._on_thread = False  # the last statement ran on the query thread
         self._watch: watchdog.Watch | None = None  # the running statement's watch
-        self._bases: set[str] | None = None  # frozen_count's base tables
+        self._bases: set[str] | None = None  # frozen_row's base tables
         self._collations: dict[str, set[str]] = {}
         self._schema_version: str | None = None
         self._columns: dict[str, dict[str, str] | None] = {}

@@ -107,7 +107,7 @@ def test_a_failing_count_keeps_the_filter(tmp_path, no_noise, monkeypatch):
         raise RuntimeError("no")
 
     from dpsql.backends.duckdb import DuckDBBackend
-    monkeypatch.setattr(DuckDBBackend, "frozen_count", fails)
+    monkeypatch.setattr(DuckDBBackend, "frozen_row", fails)
     _, text = _answer(path)
     assert "n_name IN (" in text
     assert public_keys  # the module under test
@@ -127,3 +127,49 @@ def test_a_public_view_keeps_the_filter(tmp_path, no_noise):
         counts, sql = _answer(path)
         assert "n_name IN (" in sql
         assert counts["CHINA"] + counts["PERU"] <= USERS and counts["FRANCE"] == 0
+
+
+def _counts_of_nation(monkeypatch) -> list[str]:
+    """The frozen counts that read ``nation``, as they run (a spy on the backend)."""
+    from dpsql.backends.duckdb import DuckDBBackend
+
+    seen: list[str] = []
+    real = DuckDBBackend.frozen_row
+
+    def spy(self, expression):
+        text = expression.sql(dialect="duckdb")
+        if '"nation"' in text:
+            seen.append(text)
+        return real(self, expression)
+
+    monkeypatch.setattr(DuckDBBackend, "frozen_row", spy)
+    return seen
+
+
+def test_a_domain_is_counted_once_per_connection(tmp_path, no_noise, monkeypatch):
+    # the count is remembered per backend (dpsql.frozen_facts.every_row): a new plan of
+    # the same key and domain (another text, the plan cache off) does not count again
+    path = _file(tmp_path, ["CHINA", "FRANCE", "PERU"])
+    seen = _counts_of_nation(monkeypatch)
+    conn = dpsql.connect(path, catalog=_catalog(), budget=(100, 1e-5), ledger=":memory:",
+                         plan_cache=False)
+    for sql in (SQL, SQL.replace("COUNT(*) AS n", "COUNT(*) AS m"), SQL):
+        assert "n_name IN (" not in conn.execute(sql, epsilon=1.0).sql
+    conn.close()
+    assert len(seen) == 1, seen
+
+
+def test_a_narrowed_domain_is_no_news_to_the_owner(tmp_path, no_noise, monkeypatch,
+                                                   caplog):
+    # the analyst's WHERE narrows the public key's domain to two names: PERU's row is
+    # outside it, so the filter stays; that is the query's choice, not a false
+    # declaration, and the owner's log stays quiet
+    path = _file(tmp_path, ["CHINA", "FRANCE", "PERU"])
+    seen = _counts_of_nation(monkeypatch)
+    sql = SQL.replace("GROUP BY", "WHERE n_name IN ('CHINA', 'FRANCE') GROUP BY")
+    with caplog.at_level("WARNING", logger="dpsql.owner"):
+        counts, text = _answer(path, sql=sql)
+    assert seen, "the narrowed domain was not counted"
+    assert "n_name IN (" in text
+    assert counts == {"CHINA": USERS, "FRANCE": 0}
+    assert not [r for r in caplog.records if r.name == "dpsql.owner"], caplog.text
