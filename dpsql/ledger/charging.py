@@ -132,26 +132,38 @@ class Charging:
         cap) must still fit what was spent plus ``cost``, under the data set's
         accountant. It reads a few rows whatever the ledger's age.
         """
+        limits = self._limits(db, dataset, analyst, seen)
+        if limits is None:
+            return f"no budget is set for data set {dataset!r}"
+        return _verdict(*limits, cost, cap)
+
+    def _limits(self, db, dataset: str, analyst: str, seen: dict | None
+                ) -> tuple[str, list[tuple[str, tuple, Spent]]] | None:
+        """The data set's accountant and its limits in force, each (name, total, spent
+        so far), read in the caller's transaction; None: the data set has no total."""
         base = self._budget_row(db, dataset, ALL)
         if base is None:
-            return f"no budget is set for data set {dataset!r}"
+            return None
         dataset_total, accountant = base
         checks = [("data set", dataset_total, self._spent(db, dataset, ALL, seen))]
         own = self._budget_row(db, dataset, analyst) if analyst != ALL else None
         if own is not None:
             checks.append((f"analyst {analyst!r}", own[0],
                            self._spent(db, dataset, analyst, seen)))
-        if cap is not None:
-            checks.append(("connection", cap[0], cap[1].spent))
-        for name, total, so_far in checks:
-            acc = Accounting(total, accountant)
-            if not acc.fits(so_far.plus(cost)):
-                left = acc.remaining(so_far)
-                return (f"query needs epsilon={cost.epsilon:g}, delta={cost.delta:g} "
-                        f"but the {name} budget has only epsilon={left[0]:g}, "
-                        f"delta={left[1]:g} left (total epsilon={total[0]:g}, "
-                        f"delta={total[1]:g}, {accountant} composition)")
-        return None
+        return accountant, checks
+
+    def fits(self, dataset: str, analyst: str, cost: Cost,
+             cap: tuple[tuple[float, float], Running] | None = None) -> bool:
+        """Whether ``cost`` fits the limits as this connection's last charge on
+        (``dataset``, ``analyst``) left them, the cap as it is now; no I/O.
+
+        Only a hint, for skipping the early refusal's read: what another connection
+        spent since, or a total the owner lowered, is not seen, so True may be wrong;
+        the charge reads and decides, atomically, and refuses what does not fit then.
+        False also where nothing is remembered.
+        """
+        known = self._admitted.get((dataset, analyst))
+        return known is not None and _verdict(*known, cost, cap) is None
 
     def charge(self, dataset: str, analyst: str, cost: Cost, sql: str,
                cap: tuple[tuple[float, float], Running] | None = None) -> int:
@@ -173,7 +185,9 @@ class Charging:
         parts = _check_cost(cost)
         with self._tx() as db:
             seen: dict = {}  # running totals read (and checked) in this transaction
-            reason = self._admission(db, dataset, analyst, cost, cap, seen)
+            limits = self._limits(db, dataset, analyst, seen)
+            reason = f"no budget is set for data set {dataset!r}" if limits is None \
+                else _verdict(*limits, cost, cap)
             if reason is not None:
                 self._store_refusal(db, dataset, analyst, sql,
                                     "BudgetExhaustedError: " + reason)
@@ -186,7 +200,11 @@ class Charging:
                 if self._checkpoint_due(eid):
                     self._advance_checkpoint(db)
         if reason is not None:
+            self._admitted.pop((dataset, analyst), None)
             raise BudgetExhaustedError(reason)
+        accountant, checks = limits
+        self._admitted[dataset, analyst] = (
+            accountant, [(name, total, spent.plus(cost)) for name, total, spent in checks])
         self._pending.remember(eid, entry_hash)  # committed: its outcome may name it
         if cap is not None:
             cap[1].add(cost)
@@ -250,3 +268,19 @@ class Charging:
             _log.error("ledger %s: a refusal could not be logged: %s", escape(self.path),
                        escape(str(exc)))
 
+
+def _verdict(accountant: str, checks: list[tuple[str, tuple, Spent]], cost: Cost,
+             cap: tuple[tuple[float, float], Running] | None) -> str | None:
+    """Why ``cost`` does not fit the limits ``checks`` (each (name, total, spent so
+    far)) and the connection's ``cap`` under ``accountant``; None: it fits."""
+    if cap is not None:
+        checks = [*checks, ("connection", cap[0], cap[1].spent)]
+    for name, total, so_far in checks:
+        acc = Accounting(total, accountant)
+        if not acc.fits(so_far.plus(cost)):
+            left = acc.remaining(so_far)
+            return (f"query needs epsilon={cost.epsilon:g}, delta={cost.delta:g} "
+                    f"but the {name} budget has only epsilon={left[0]:g}, "
+                    f"delta={left[1]:g} left (total epsilon={total[0]:g}, "
+                    f"delta={total[1]:g}, {accountant} composition)")
+    return None

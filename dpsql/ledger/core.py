@@ -63,6 +63,9 @@ class LedgerBase:
         # outcomes waiting for a transaction, and the hashes of this connection's recent
         # charges, which their outcomes name their entries by (dpsql.ledger.outcomes)
         self._pending = Pending()
+        # per (data set, analyst): the limits and the spend after this connection's last
+        # charge there, for skipping the early refusal's read (charging.Charging.fits)
+        self._admitted: dict[tuple[str, str], tuple] = {}
         self.refusal_cap = refusal_cap
         timeout = _timeout() if timeout is None else timeout
         self._timeout = timeout

@@ -83,8 +83,16 @@ class BudgetView:
         """Why ``cost`` would not fit now (None if it would): one read, for refusing a
         query early and cheaply, by the charge's own rule
         (:meth:`~dpsql.ledger.charging.Charging._admission`); :meth:`Ledger.charge`
-        decides, atomically."""
+        decides, atomically.
+
+        No read where the limits as this connection's last charge left them still fit
+        it (:meth:`~dpsql.ledger.charging.Charging.fits`): spending since can only
+        have come from elsewhere, which the charge reads; the read is for the query
+        that would not fit, so that it is refused before the engine binds it.
+        """
         led = self.ledger
+        if led.fits(self.dataset, self.analyst, cost, self._cap):
+            return None
         with led._tx(write=False, settle=False) as db:
             if led._budget_row(db, self.dataset, ALL) is None:
                 return None  # no total yet: the charge refuses it, and logs why
