@@ -26,6 +26,7 @@ from sqlglot.tokens import Token, TokenType
 
 from dpsql.errors import ParseError, UnsupportedQueryError
 from dpsql.limits import DEFAULT
+from dpsql.sqlbuild import unplaced
 
 #: Longest SQL text accepted by default; longer input is refused before tokenizing.
 MAX_SQL_LENGTH = DEFAULT.max_sql_length
@@ -139,7 +140,7 @@ def parse_statements(sql: str, dialect: str | type[Dialect] = READ_DIALECT) -> l
     if top is not None and statements:
         _apply_top(statements[0], top)
     _spell(tokens, statements, dialect)
-    return statements
+    return [unplaced(s) for s in statements]
 
 
 def _spell(tokens: list[Token], statements: list[exp.Expression], dialect: Dialect) -> None:
