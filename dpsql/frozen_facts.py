@@ -16,13 +16,20 @@ condition over one table's own columns, and it holds when no row of the table fa
   nothing is proven and every step stays.
 * **Remembered per backend**, since the data behind it cannot change; a count that
   failed (an error, a cancel is not one) is remembered as "not proven", or it would cost
-  as much again before every charge. A false declaration goes to the owner's log.
+  as much again before every charge. A backend that cannot count (its data may change)
+  says so without reading anything, and that is not remembered. The memory is bounded
+  (:data:`KEPT` facts, :data:`KEPT_CHARS` characters of their text, the least recently
+  used forgotten first): the analyst chooses the conditions of public keys
+  (:mod:`dpsql.public_keys`), even through free ``explain()`` calls. A false
+  declaration goes to the owner's log, once.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
+from collections import OrderedDict
 
 from sqlglot import exp
 
@@ -30,9 +37,37 @@ from dpsql.errors import QueryCancelled
 
 log = logging.getLogger("dpsql.owner")
 
-#: Per backend, (table, condition's SQL) -> how many rows fail it (None: not counted),
-#: and ("logged", that key) once the owner's log has a failing count's line.
+#: Facts remembered per backend, and the characters of their keys' text.
+KEPT = 1024
+KEPT_CHARS = 2**20
+
+#: Per backend: (table, condition's SQL) -> how many rows fail it (None: the count
+#: failed), least recently used first.
 _known: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Per backend: the keys whose failing count the owner's log has (declarations only,
+#: as many as the catalog has).
+_logged: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+class _Memo(OrderedDict):
+    """One backend's facts, bounded (:data:`KEPT`, :data:`KEPT_CHARS`)."""
+
+    chars = 0
+
+    def recall(self, key: tuple[str, str]) -> tuple[bool, int | None]:
+        if key not in self:
+            return False, None
+        self.move_to_end(key)
+        return True, self[key]
+
+    def keep(self, key: tuple[str, str], count: int | None) -> None:
+        if key not in self:
+            self.chars += len(key[0]) + len(key[1])
+        self[key] = count
+        while self and (len(self) > KEPT or self.chars > KEPT_CHARS):
+            old, _ = self.popitem(last=False)
+            self.chars -= len(old[0]) + len(old[1])
 
 
 def every_row(backend, table: str, conditions: list[exp.Expression], labels: list[str],
@@ -49,25 +84,38 @@ def every_row(backend, table: str, conditions: list[exp.Expression], labels: lis
             analyst's query chose (a public key's narrowed domain:
             :mod:`dpsql.public_keys`), whose failing is no news to the owner.
     """
-    known = _known.setdefault(backend, {})
     # keyed by the text the engine runs (its own dialect's)
     dialect = getattr(backend, "dialect", None)
     keys = [(table, c.sql(dialect=dialect)) for c in conditions]
+    counts: dict[tuple[str, str], int | None] = {}
     missing = {}
-    for key, condition in zip(keys, conditions, strict=True):
-        if key not in known:
-            missing.setdefault(key, condition)
-    if missing:
-        counts = _count(backend, table, list(missing.values()), kept, report)
-        known.update(zip(missing, counts, strict=True))
+    with _LOCK:
+        memo = _known.setdefault(backend, _Memo())
+        for key, condition in zip(keys, conditions, strict=True):
+            found, count = memo.recall(key)
+            if found:
+                counts[key] = count
+            else:
+                missing.setdefault(key, condition)
+    if missing:  # counted outside the lock: a count reads the table
+        new = _count(backend, table, list(missing.values()), kept, report)
+        if new is None:  # this backend cannot count: nothing to remember
+            new = [None] * len(missing)
+        else:
+            with _LOCK:
+                for key, count in zip(missing, new, strict=True):
+                    _known[backend].keep(key, count)
+        counts.update(zip(missing, new, strict=True))
     if report:  # once per fact, whoever counted it first
-        for key, label in zip(keys, labels, strict=True):
-            count = known[key]
-            if count is not None and count > 0 and ("logged", key) not in known:
-                known["logged", key] = True
-                log.warning("%s: %s row(s) do not hold; queries keep %s", label, count,
-                            kept)
-    return [known[key] == 0 for key in keys]
+        with _LOCK:
+            logged = _logged.setdefault(backend, set())
+            due = [(key, label) for key, label in zip(keys, labels, strict=True)
+                   if (counts[key] or 0) > 0 and key not in logged]
+            logged.update(key for key, _ in due)
+        for key, label in due:
+            log.warning("%s: %s row(s) do not hold; queries keep %s", label, counts[key],
+                        kept)
+    return [counts[key] == 0 for key in keys]
 
 
 def bare_column(plan, expr, first_source: bool):
@@ -102,7 +150,10 @@ def frozen(backend, table: str) -> bool:
 
 
 def _count(backend, table: str, conditions: list[exp.Expression], kept: str,
-           report: bool) -> list:
+           report: bool) -> list | None:
+    """Per condition, the rows of ``table`` failing it ([None, ...]: the count failed);
+    None: the backend cannot count here (its data may change), which it says without
+    reading anything."""
     try:
         row = backend.frozen_row(failing(table, conditions))
     except QueryCancelled:  # Ctrl-C or a cancel before the charge: the query stops
@@ -111,9 +162,9 @@ def _count(backend, table: str, conditions: list[exp.Expression], kept: str,
         if report:
             log.warning("the check of %s failed; queries keep %s", table, kept,
                         exc_info=True)
-        row = None
-    if row is None:
         return [None] * len(conditions)
+    if row is None:
+        return None
     return [int(n) for n in row]
 
 

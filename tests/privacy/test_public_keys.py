@@ -173,3 +173,40 @@ def test_a_narrowed_domain_is_no_news_to_the_owner(tmp_path, no_noise, monkeypat
     assert "n_name IN (" in text
     assert counts == {"CHINA": USERS, "FRANCE": 0}
     assert not [r for r in caplog.records if r.name == "dpsql.owner"], caplog.text
+
+
+def test_the_remembered_domains_are_bounded(tmp_path, no_noise, monkeypatch):
+    # attack review: each narrowed domain is a fact of its own, and explain() is free,
+    # so the analyst could make the memory grow without end; it keeps the most recent
+    from dpsql import frozen_facts
+
+    monkeypatch.setattr(frozen_facts, "KEPT", 3)
+    path = _file(tmp_path, ["CHINA", "FRANCE", "PERU"])
+    conn = dpsql.connect(path, catalog=_catalog(), budget=(100, 1e-5), ledger=":memory:",
+                         plan_cache=False)
+    seen = _counts_of_nation(monkeypatch)
+    for names in (["CHINA"], ["FRANCE"], ["PERU"], ["CHINA", "PERU"], ["CHINA"]):
+        listed = ", ".join(f"'{n}'" for n in names)
+        conn.explain(SQL.replace("GROUP BY", f"WHERE n_name IN ({listed}) GROUP BY"),
+                     epsilon=1.0)
+    memo = frozen_facts._known[conn._backend]
+    assert len(memo) == 3
+    assert len(seen) == 5  # CHINA alone was forgotten, and counted again
+    conn.explain(SQL.replace("GROUP BY", "WHERE n_name IN ('CHINA', 'PERU') GROUP BY"),
+                 epsilon=1.0)
+    assert len(seen) == 5  # still remembered
+    assert conn.budget.spent == (0.0, 0.0)
+    conn.close()
+
+
+def test_a_backend_that_cannot_count_remembers_nothing(tmp_path, no_noise):
+    # a caller's connection can change under dpsql: never counted, nothing kept
+    from dpsql import frozen_facts
+
+    path = _file(tmp_path, ["CHINA", "FRANCE", "PERU"])
+    con = duckdb.connect(str(path), read_only=True)
+    conn = dpsql.connect(con, catalog=_catalog(), budget=(100, 1e-5), ledger=":memory:")
+    assert "n_name IN (" in conn.execute(SQL, epsilon=1.0).sql
+    assert not frozen_facts._known.get(conn._backend)
+    conn.close()
+    con.close()
