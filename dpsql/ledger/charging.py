@@ -125,7 +125,8 @@ class Charging:
                    seen: dict | None = None) -> str | None:
         """Why ``cost`` does not fit now (None: it fits), read in the caller's transaction.
 
-        The one admission rule, for the charge (inside its write transaction, under the
+        The one admission rule (its limits read by :meth:`_limits`, judged by
+        :func:`_verdict`), for the charge (inside its write transaction, under the
         lock: there it decides) and for the early refusal (a read,
         :meth:`dpsql.ledger.reports.BudgetView.refusal`): every limit in force (the data
         set's total, the analyst's own total when the owner set one, the connection's
