@@ -68,3 +68,25 @@ def test_a_spend_elsewhere_is_refused_by_the_charge(connect, tmp_path, monkeypat
     mine.execute(SQL + " WHERE age > 40", epsilon=0.05)
     assert len(reads) == 1
     assert mine.budget.remaining[0] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_hint_serves_one_query(connect, monkeypatch):
+    # attack review: a query refused after the early refusal and before its charge (here
+    # the engine's bind refuses it) must not leave the hint for every later query
+    conn = connect(budget=(1.0, 1e-6), plan_cache=False)
+    conn.execute(SQL, epsilon=0.25)
+    reads = _spy(monkeypatch, Ledger, "_admission")
+
+    def refused(self, expression):
+        raise dpsql.BackendError("refused by the bind")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(DuckDBBackend, "check", refused)
+        with pytest.raises(dpsql.BackendError):
+            conn.execute(SQL + " WHERE age > 30", epsilon=0.25)
+    assert reads == []  # the hint of the last charge served it
+    conn.execute(SQL, epsilon=0.25)
+    assert len(reads) == 1  # no hint left: read first
+    conn.execute(SQL, epsilon=0.25)
+    assert len(reads) == 1  # the charge's new hint
+    assert conn.budget.spent == (0.75, 0.0)  # the refused query charged nothing

@@ -161,9 +161,12 @@ class Charging:
         Only a hint, for skipping the early refusal's read: what another connection
         spent since, or a total the owner lowered, is not seen, so True may be wrong;
         the charge reads and decides, atomically, and refuses what does not fit then.
-        False also where nothing is remembered.
+        False also where nothing is remembered. Each charge's hint serves one query:
+        one that stops before its charge (refused for another reason) leaves the next
+        to read (attack review: a hint kept past such queries let every later query
+        of an analyst whose budget ran out elsewhere be bound before its refusal).
         """
-        known = self._admitted.get((dataset, analyst))
+        known = self._admitted.pop((dataset, analyst), None)
         return known is not None and _verdict(*known, cost, cap) is None
 
     def charge(self, dataset: str, analyst: str, cost: Cost, sql: str,
