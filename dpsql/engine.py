@@ -379,8 +379,9 @@ class Connection(Explaining, Answering):
         plan, expression, backend = self._prepare(
             tree, epsilon, delta, max_groups, max_rows, ask.mechanism, ask.bias_check,
             seed=l0_seed(self._seed_secret, ask.keyed))
-        # a query that cannot fit is refused before the engine binds it (fast); the
-        # charge still decides atomically
+        # a query that cannot fit is refused before the engine binds it (fast; no read
+        # where the last charge's limits still fit it: Ledger.fits); the charge still
+        # decides atomically
         reason = self.budget.refusal(plan.charge)
         if reason is not None:
             raise BudgetExhaustedError(reason)
