@@ -146,50 +146,33 @@ def test_shell_tables_shows_date_bounds_as_dates(tmp_path):
     assert "cost float [0, 10000000]" in proc.stdout
 
 
-def test_catalog_validate_checks_one_per_user_on_the_data(tmp_path):
-    # the owner's view of the one_per_user check (dpsql.one_per_user): held, or false
+@pytest.mark.parametrize("held, change, refusal", [
+    # dpsql.one_per_user
+    ("one value per user, checked: age, sex, educ, race, married",
+     "UPDATE pums_dup SET sex = 1 - sex WHERE pid = (SELECT MIN(pid) FROM "
+     "(SELECT pid FROM pums_dup GROUP BY pid HAVING COUNT(*) > 1)) AND age > 0 "
+     "AND rowid = (SELECT MIN(rowid) FROM pums_dup d WHERE d.pid = pums_dup.pid)",
+     "declared one_per_user but some user has two values: sex"),
+    # dpsql.values_only
+    ("only the declared values, checked: sex, educ, race, married",
+     "UPDATE pums_dup SET race = 9 WHERE pid = (SELECT MIN(pid) FROM pums_dup)",
+     "declared values_only but some row holds another value: race"),
+    # dpsql.in_bounds
+    ("every value within its bounds, checked: age, income",
+     "UPDATE pums_dup SET income = 500000.5 WHERE pid = (SELECT MIN(pid) FROM pums_dup)",
+     "declared in_bounds but some value lies outside: income (sums of them keep "
+     "the clamp)"),
+], ids=["one_per_user", "values_only", "in_bounds"])
+def test_catalog_validate_checks_declarations_on_the_data(tmp_path, held, change, refusal):
+    # the owner's view of each data-checked declaration: held, or false
     db = tmp_path / "demo.duckdb"
     run("demo", "--save", str(db))
     cat = str(catalog_path("pums_dup"))
     out = run("catalog", "validate", cat, "-d", str(db)).stdout
-    assert "one value per user, checked: age, sex, educ, race, married" in out
+    assert held in out
     con = duckdb.connect(str(db))
-    con.execute("UPDATE pums_dup SET sex = 1 - sex WHERE pid = (SELECT MIN(pid) FROM "
-                "(SELECT pid FROM pums_dup GROUP BY pid HAVING COUNT(*) > 1)) AND age > 0 "
-                "AND rowid = (SELECT MIN(rowid) FROM pums_dup d WHERE d.pid = pums_dup.pid)")
+    con.execute(change)
     con.close()
     bad = run("catalog", "validate", cat, "-d", str(db), check=False)
     assert bad.returncode == 1
-    assert "declared one_per_user but some user has two values: sex" in bad.stderr
-
-
-def test_catalog_validate_checks_values_only_on_the_data(tmp_path):
-    # the owner's view of the values_only check (dpsql.values_only): held, or false
-    db = tmp_path / "demo.duckdb"
-    run("demo", "--save", str(db))
-    cat = str(catalog_path("pums_dup"))
-    out = run("catalog", "validate", cat, "-d", str(db)).stdout
-    assert "only the declared values, checked: sex, educ, race, married" in out
-    con = duckdb.connect(str(db))
-    con.execute("UPDATE pums_dup SET race = 9 WHERE pid = (SELECT MIN(pid) FROM pums_dup)")
-    con.close()
-    bad = run("catalog", "validate", cat, "-d", str(db), check=False)
-    assert bad.returncode == 1
-    assert "declared values_only but some row holds another value: race" in bad.stderr
-
-
-def test_catalog_validate_checks_in_bounds_on_the_data(tmp_path):
-    # the owner's view of the in_bounds check (dpsql.in_bounds): held, or false
-    db = tmp_path / "demo.duckdb"
-    run("demo", "--save", str(db))
-    cat = str(catalog_path("pums_dup"))
-    out = run("catalog", "validate", cat, "-d", str(db)).stdout
-    assert "every value within its bounds, checked: age, income" in out
-    con = duckdb.connect(str(db))
-    con.execute("UPDATE pums_dup SET income = 500000.5 WHERE pid = (SELECT MIN(pid) "
-                "FROM pums_dup)")
-    con.close()
-    bad = run("catalog", "validate", cat, "-d", str(db), check=False)
-    assert bad.returncode == 1
-    assert ("declared in_bounds but some value lies outside: income (sums of them keep "
-            "the clamp)") in bad.stderr
+    assert refusal in bad.stderr
